@@ -1,0 +1,173 @@
+// Time-series storage: the server's only view of persisted samples.
+//
+// Two implementations share one contract (tests/storage/contract_test.cc):
+// an in-memory store for tests and a RocksDB store for production
+// (storage/rocksdb_store.h). Samples are kept per series in an open block
+// that is flushed as a compressed chunk; a frame log makes every appended
+// sample durable before Append() returns (it survives kill -9).
+#ifndef VIGIL_STORAGE_SERIES_STORE_H_
+#define VIGIL_STORAGE_SERIES_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/series_key.h"
+
+namespace vigil {
+
+// Dense, store-assigned id of a series; stable for the life of the data dir.
+using SeriesId = uint32_t;
+
+// One stored sample. `ts` is Unix seconds at millisecond resolution.
+struct Sample {
+  double ts;
+  double value;
+  friend bool operator==(const Sample&, const Sample&) = default;
+};
+
+// One downsampling bucket [start, start + step). NaN values are counted in
+// `count` but excluded from min/max/sum (`nan_count` says how many).
+struct Aggregate {
+  double start;
+  double min;
+  double max;
+  double sum;
+  uint64_t count;      // samples in the bucket, NaN included
+  uint64_t nan_count;  // NaN samples in the bucket
+};
+
+// Samples of one tick sharing one timestamp, as columns. Spans must outlive
+// the Append() call only.
+struct FrameColumns {
+  double ts;
+  std::span<const SeriesId> ids;
+  std::span<const double> values;
+};
+
+// What Append() did with the samples it was given.
+struct AppendResult {
+  uint64_t accepted = 0;
+  // ts equal to the series' last ts and the same value: a resend, dropped.
+  uint64_t duplicates = 0;
+  // ts before the series' last ts (or equal with another value): dropped.
+  uint64_t out_of_order = 0;
+};
+
+// Filter for ListSeries: every non-empty field must match exactly.
+struct SeriesFilter {
+  std::string job;
+  std::string node;
+  std::string metric;
+};
+
+struct SeriesInfo {
+  SeriesId id;
+  SeriesKey key;
+};
+
+// Retention periods, in seconds. Defaults follow the requirements.
+struct RetentionOptions {
+  double raw_seconds = 7 * 86400.0;        // raw chunks: 7 days
+  double rollup_seconds = 183 * 86400.0;   // 1-minute rollups: ~6 months
+  // Events are never expired.
+};
+
+// Counters for /metrics. Monotonic unless noted.
+struct StoreStats {
+  uint64_t series = 0;            // gauge
+  uint64_t samples_appended = 0;
+  uint64_t samples_dropped = 0;   // duplicates + out of order
+  uint64_t chunks_flushed = 0;
+  uint64_t bytes_on_disk = 0;     // gauge: SST + frame log bytes (0 in memory)
+  uint64_t frame_log_bytes = 0;   // gauge
+};
+
+// One permanent, timestamped record in the events family (incidents,
+// notifications, actions). `stream` groups related records, e.g.
+// "incident/42". Payload is opaque to the store (JSON by convention).
+struct Event {
+  std::string stream;
+  double ts = 0;
+  uint64_t seq = 0;  // assigned by AppendEvent, unique and increasing
+  std::string payload;
+};
+
+// Storage of series, samples, rollups and events. All methods are safe for
+// concurrent use from several threads.
+class SeriesStore {
+ public:
+  virtual ~SeriesStore() = default;
+
+  // The id of `key` (which must be normalized, see NormalizeSeriesKey),
+  // creating and persisting it on first use. kInvalidArgument if the key is
+  // malformed; kResourceExhausted past the configured series limit.
+  virtual absl::StatusOr<SeriesId> Resolve(const SeriesKey& key) = 0;
+
+  // The key of `id`, or kNotFound.
+  virtual absl::StatusOr<SeriesKey> Key(SeriesId id) const = 0;
+
+  // Series whose labels match `filter`, ordered by id.
+  virtual std::vector<SeriesInfo> ListSeries(const SeriesFilter& filter) const = 0;
+
+  // Appends frames atomically with respect to durability: when OK is
+  // returned every accepted sample is in the frame log. Samples at or before
+  // their series' last timestamp are dropped and counted in `result` (the
+  // call still succeeds). kInvalidArgument, with nothing applied, if an id is
+  // unknown, columns differ in length, or a ts is not finite.
+  virtual absl::Status Append(std::span<const FrameColumns> frames,
+                              AppendResult* result) = 0;
+
+  // Raw samples of `id` with from <= ts < to, in time order; open blocks
+  // included. kNotFound for an unknown id.
+  virtual absl::StatusOr<std::vector<Sample>> Query(SeriesId id, double from,
+                                                    double to) const = 0;
+
+  // Samples of `id` in [from, to) downsampled into buckets of `step`
+  // seconds aligned to multiples of `step`; empty buckets are omitted. Uses
+  // raw data where retained and 1-minute rollups beyond it (step >= 60).
+  // kInvalidArgument if step <= 0; kNotFound for an unknown id.
+  virtual absl::StatusOr<std::vector<Aggregate>> QueryAggregate(
+      SeriesId id, double from, double to, double step) const = 0;
+
+  // Appends `event` (its seq is assigned) and returns the seq. Durable on
+  // return. kInvalidArgument if the stream is empty.
+  virtual absl::StatusOr<uint64_t> AppendEvent(const Event& event) = 0;
+
+  // Events of `stream` with from <= ts < to, oldest first, at most `limit`.
+  virtual std::vector<Event> ListEvents(std::string_view stream, double from,
+                                        double to, size_t limit) const = 0;
+
+  // Writes every open block as a chunk so the frame log can be truncated.
+  virtual absl::Status Flush() = 0;
+
+  // Drops raw chunks and rollups older than the retention periods, using the
+  // store's clock. Also run periodically by the store itself.
+  virtual absl::Status EnforceRetention() = 0;
+
+  virtual StoreStats Stats() const = 0;
+};
+
+// Options shared by both implementations.
+struct StoreOptions {
+  Clock* clock = nullptr;          // required; not owned
+  RetentionOptions retention;
+  uint32_t max_series = 10'000'000;
+  // An open block is flushed when it holds this many samples...
+  uint32_t block_samples = 720;
+  // ...or spans this many seconds.
+  double block_seconds = 2 * 3600.0;
+};
+
+// A store that keeps everything in memory (same semantics, no durability).
+std::unique_ptr<SeriesStore> NewMemoryStore(const StoreOptions& options);
+
+}  // namespace vigil
+
+#endif  // VIGIL_STORAGE_SERIES_STORE_H_
