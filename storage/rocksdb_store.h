@@ -3,8 +3,10 @@
 #ifndef VIGIL_STORAGE_ROCKSDB_STORE_H_
 #define VIGIL_STORAGE_ROCKSDB_STORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "storage/series_store.h"
@@ -19,6 +21,11 @@ struct RocksDbStoreOptions {
   bool sync_frame_log = false;
   // Frame log size that triggers a checkpoint (open blocks written out).
   uint64_t frame_log_checkpoint_bytes = 64 << 20;
+  // Test hook, called (under the store's lock) at the steps of a checkpoint:
+  // "rotated" (new log segment created, open blocks not yet written) and
+  // "committed" (open blocks written, old segments not yet deleted). Crash
+  // tests _exit() there. Empty by default.
+  std::function<void(std::string_view step)> checkpoint_hook;
 };
 
 // Opens (creating if needed) the store in options.data_dir and replays the

@@ -87,6 +87,8 @@ struct StoreStats {
   uint64_t chunks_flushed = 0;
   uint64_t bytes_on_disk = 0;     // gauge: SST + frame log bytes (0 in memory)
   uint64_t frame_log_bytes = 0;   // gauge
+  // Bytes of a torn frame log tail cut off when the store was opened.
+  uint64_t frame_log_torn_bytes = 0;
 };
 
 // One permanent, timestamped record in the events family (incidents,

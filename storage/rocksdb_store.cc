@@ -1,0 +1,970 @@
+// The RocksDB SeriesStore.
+//
+// Column families and key layout (integers big-endian; days, times and
+// timestamps biased so that they sort as signed numbers):
+//   raw     day(u32) id(u32) block_start_ms(u64) -> chunk (chunk_codec.h)
+//   rollup  day(u32) id(u32)                      -> rollup chunk, that day
+//   index   'i' id(u32)                           -> EncodeSeriesKey(key)
+//   events  len(u16) stream ts_ms(u64) seq(u64)   -> ts(f64 bits) payload
+//   open    id(u32)                 -> last sample of the last closed block
+//           id(u32) piece_start_ms(u64)           -> chunk: part of an
+//                                                    open block
+//   default "log_start", "next_event_seq"         -> u64
+// `day` is that of the block start, so raw retention deletes whole days.
+//
+// Durability: Append() writes its frames to the frame log (frame_log.h)
+// before touching memory. A block that fills is written to `raw` in one
+// batch with its cursor in `open` and the deletion of its pieces. A
+// checkpoint (log over frame_log_checkpoint_bytes, Flush(), close) starts a
+// new log segment, then writes the unwritten tail of every open block as a
+// piece plus "log_start" = the new segment in one batch, then deletes older
+// segments. Opening loads the pieces as open blocks and replays segments
+// from log_start; samples already in closed blocks are dropped by the
+// out-of-order policy because the cursors are restored first.
+//
+// Rollups are computed when raw data leaves retention: the expired day is
+// read back, folded into 1-minute rollups (merged with any already stored)
+// and deleted in one batch per group of series, so every minute is counted
+// exactly once, either in `raw` or in `rollup`.
+#include <rocksdb/convenience.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "storage/chunk_codec.h"
+#include "storage/frame_log.h"
+#include "storage/rocksdb_store.h"
+#include "storage/store_util.h"
+
+namespace vigil {
+namespace {
+
+// Clock seconds between retention passes triggered by Append().
+constexpr double kRetentionInterval = 600;
+constexpr int64_t kDayMs = 86'400'000;
+// Series per batch when turning an expired day into rollups.
+constexpr size_t kRetentionBatchSeries = 1024;
+// Longest block span: block offsets are u32 milliseconds.
+constexpr double kMaxBlockSeconds = 40 * 86400.0;
+// Open-block pieces are short-lived: compress them cheaply.
+constexpr ChunkCodecOptions kPieceCodec{.zstd_level = 1};
+
+enum Cf { kMeta = 0, kRaw, kRollup, kIndex, kEvents, kOpen, kNumCf };
+constexpr const char* kCfNames[kNumCf] = {"default", "raw",    "rollup",
+                                          "index",   "events", "open"};
+
+constexpr char kLogStartKey[] = "log_start";
+constexpr char kNextSeqKey[] = "next_event_seq";
+
+absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string message = absl::StrCat(std::string(what), ": ", s.ToString());
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(message);
+  return absl::InternalError(message);
+}
+
+void PutBE(std::string* out, uint64_t v, int bytes) {
+  for (int s = 8 * (bytes - 1); s >= 0; s -= 8)
+    out->push_back(static_cast<char>(v >> s));
+}
+uint64_t GetBE(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+uint64_t Biased(int64_t v) {
+  return static_cast<uint64_t>(v) ^ (uint64_t{1} << 63);
+}
+int64_t Unbiased(uint64_t v) {
+  return static_cast<int64_t>(v ^ (uint64_t{1} << 63));
+}
+uint32_t BiasedDay(int64_t day) {
+  return static_cast<uint32_t>(static_cast<int32_t>(day)) ^ (1u << 31);
+}
+int64_t UnbiasedDay(uint32_t v) { return static_cast<int32_t>(v ^ (1u << 31)); }
+
+int64_t DayOf(int64_t ms) {
+  int64_t d = ms / kDayMs;
+  if (ms % kDayMs < 0) --d;
+  return d;
+}
+
+// The day of a raw or rollup key.
+int64_t KeyDay(const rocksdb::Slice& key) {
+  return UnbiasedDay(static_cast<uint32_t>(GetBE(key.data(), 4)));
+}
+
+std::string RawKey(int64_t day, SeriesId id, int64_t start_ms) {
+  std::string k;
+  k.reserve(16);
+  PutBE(&k, BiasedDay(day), 4);
+  PutBE(&k, id, 4);
+  PutBE(&k, Biased(start_ms), 8);
+  return k;
+}
+std::string RollupKey(int64_t day, SeriesId id) {
+  std::string k;
+  PutBE(&k, BiasedDay(day), 4);
+  PutBE(&k, id, 4);
+  return k;
+}
+std::string IndexKey(SeriesId id) {
+  std::string k = "i";
+  PutBE(&k, id, 4);
+  return k;
+}
+std::string CursorKey(SeriesId id) {
+  std::string k;
+  PutBE(&k, id, 4);
+  return k;
+}
+std::string PieceKey(SeriesId id, int64_t start_ms) {
+  std::string k = CursorKey(id);
+  PutBE(&k, Biased(start_ms), 8);
+  return k;
+}
+std::string EventPrefix(std::string_view stream) {
+  std::string k;
+  PutBE(&k, stream.size(), 2);
+  k.append(stream);
+  return k;
+}
+int64_t EventMillis(double ts) {
+  return static_cast<int64_t>(std::floor(ts * 1000.0));
+}
+std::string U64Value(uint64_t v) {
+  std::string s;
+  PutBE(&s, v, 8);
+  return s;
+}
+
+// One series' in-memory state: its cursor and its open block.
+struct Block {
+  SeriesCursor cursor;
+  int64_t start_ms = 0;
+  std::vector<uint32_t> offsets;  // ts - start_ms
+  std::vector<double> values;
+  uint32_t checkpointed = 0;      // samples [0, checkpointed) are in pieces
+  std::vector<int64_t> pieces;    // start of each piece in the open family
+};
+
+// Materializes timestamps [begin, end) of `block`.
+void BlockTimestamps(const Block& block, size_t begin, size_t end,
+                     std::vector<int64_t>* out) {
+  out->resize(end - begin);
+  for (size_t i = begin; i < end; ++i)
+    (*out)[i - begin] = block.start_ms + block.offsets[i];
+}
+
+class RocksDbStore : public SeriesStore {
+ public:
+  explicit RocksDbStore(const RocksDbStoreOptions& options)
+      : options_(options),
+        block_ms_(TsToMillis(options.store.block_seconds)),
+        next_retention_(options.store.clock->Now() + kRetentionInterval) {}
+
+  ~RocksDbStore() override {
+    {
+      absl::MutexLock l(&mu_);
+      if (broken_.ok() && log_ != nullptr) (void)Checkpoint();
+    }
+    for (rocksdb::ColumnFamilyHandle* h : handles_) {
+      if (db_ != nullptr) (void)db_->DestroyColumnFamilyHandle(h);
+    }
+    if (db_ != nullptr) (void)db_->Close();
+  }
+
+  // Opens the database, reloads series, open blocks and the frame log.
+  absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::StatusOr<SeriesId> Resolve(const SeriesKey& key) override;
+  absl::StatusOr<SeriesKey> Key(SeriesId id) const override;
+  std::vector<SeriesInfo> ListSeries(const SeriesFilter& filter) const override;
+  absl::Status Append(std::span<const FrameColumns> frames,
+                      AppendResult* result) override;
+  absl::StatusOr<std::vector<Sample>> Query(SeriesId id, double from,
+                                            double to) const override;
+  absl::StatusOr<std::vector<Aggregate>> QueryAggregate(
+      SeriesId id, double from, double to, double step) const override;
+  absl::StatusOr<uint64_t> AppendEvent(const Event& event) override;
+  std::vector<Event> ListEvents(std::string_view stream, double from,
+                                double to, size_t limit) const override;
+  absl::Status Flush() override;
+  absl::Status EnforceRetention() override;
+  StoreStats Stats() const override;
+
+ private:
+  // Applies validated frames to the open blocks; closed blocks go to `batch`.
+  void ApplyFrames(std::span<const FrameColumns> frames, AppendResult* result,
+                   rocksdb::WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `block` of `id` to `batch` as a raw chunk and empties it.
+  void CloseBlock(SeriesId id, Block* block, rocksdb::WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `batch`; a failure makes the store refuse further appends, since
+  // memory then holds less than the frame log promises.
+  absl::Status WriteLocked(rocksdb::WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts a new log segment and writes all open-block tails (see top).
+  absl::Status Checkpoint() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Hook(std::string_view step) const {
+    if (options_.checkpoint_hook) options_.checkpoint_hook(step);
+  }
+  absl::Status LoadIndex() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadOpenBlocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReplayLog() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> ReadU64(const std::string& key, uint64_t missing);
+  // Calls `fn(ts_ms, values)` for each raw chunk of `id` that may hold
+  // samples in [from_ms, to_ms) and starts before `open_start`.
+  absl::Status ScanRaw(
+      const rocksdb::ReadOptions& read, SeriesId id, int64_t from_ms,
+      int64_t to_ms, int64_t open_start,
+      const std::function<void(const std::vector<int64_t>&,
+                               const std::vector<double>&)>& fn) const;
+  // Copies the open block of `id` restricted to [from_ms, to_ms) and
+  // returns its start (INT64_MAX if empty). kNotFound for unknown ids.
+  absl::StatusOr<int64_t> SnapshotOpenBlock(SeriesId id, int64_t from_ms,
+                                            int64_t to_ms,
+                                            std::vector<int64_t>* ts,
+                                            std::vector<double>* values) const;
+  // Turns raw day `day` into rollups; false if a late write forced a retry.
+  absl::StatusOr<bool> RollUpDay(int64_t day);
+  rocksdb::ColumnFamilyHandle* cf(Cf c) const { return handles_[c]; }
+
+  const RocksDbStoreOptions options_;
+  const int64_t block_ms_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+
+  mutable absl::Mutex mu_;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::vector<SeriesKey> keys_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<SeriesKey, SeriesId> ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<SeriesId> dirty_ ABSL_GUARDED_BY(mu_);  // may repeat ids
+  std::unique_ptr<FrameLogWriter> log_ ABSL_GUARDED_BY(mu_);
+  uint64_t log_number_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t chunks_flushed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t torn_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  double next_retention_ ABSL_GUARDED_BY(mu_);
+  // Raw days up to this one are being rolled up; closing a block into one
+  // of them bumps late_writes_ so the roll-up retries.
+  int64_t retention_day_ ABSL_GUARDED_BY(mu_) =
+      std::numeric_limits<int64_t>::min();
+  uint64_t late_writes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex events_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(events_mu_) = 1;
+
+  absl::Mutex retention_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+};
+
+absl::Status RocksDbStore::Init() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.data_dir + "/db", ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat(
+        "cannot create data dir ", options_.data_dir, ": ", ec.message()));
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.max_total_wal_size = 64 << 20;
+  const auto supported = rocksdb::GetSupportedCompressions();
+  const bool has_zstd = std::find(supported.begin(), supported.end(),
+                                  rocksdb::kZSTD) != supported.end();
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (int c = 0; c < kNumCf; ++c) {
+    rocksdb::ColumnFamilyOptions cf_options;
+    // Chunks are zstd already; small records compress well.
+    const bool chunks = c == kRaw || c == kRollup || c == kOpen;
+    cf_options.compression = chunks || !has_zstd ? rocksdb::kNoCompression
+                                                 : rocksdb::kZSTD;
+    descriptors.emplace_back(kCfNames[c], cf_options);
+  }
+  rocksdb::DB* db = nullptr;
+  VIGIL_RETURN_IF_ERROR(FromRocks(
+      rocksdb::DB::Open(db_options, options_.data_dir + "/db", descriptors,
+                        &handles_, &db),
+      "cannot open RocksDB in " + options_.data_dir));
+  db_.reset(db);
+
+  absl::MutexLock l(&mu_);
+  VIGIL_RETURN_IF_ERROR(LoadIndex());
+  VIGIL_RETURN_IF_ERROR(LoadOpenBlocks());
+  {
+    absl::MutexLock e(&events_mu_);
+    VIGIL_ASSIGN_OR_RETURN(next_seq_, ReadU64(kNextSeqKey, 1));
+  }
+  return ReplayLog();
+}
+
+absl::StatusOr<uint64_t> RocksDbStore::ReadU64(const std::string& key,
+                                               uint64_t missing) {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf(kMeta), key, &value);
+  if (s.IsNotFound()) return missing;
+  VIGIL_RETURN_IF_ERROR(FromRocks(s, "cannot read " + key));
+  if (value.size() != 8)
+    return absl::DataLossError(absl::StrCat("corrupt metadata ", key));
+  return GetBE(value.data(), 8);
+}
+
+absl::Status RocksDbStore::LoadIndex() {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), cf(kIndex)));
+  for (it->Seek("i"); it->Valid() && it->key().starts_with("i"); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() != 5 || GetBE(k.data() + 1, 4) != keys_.size())
+      return absl::DataLossError(
+          absl::StrCat("series index: missing or bad id near ", keys_.size()));
+    VIGIL_ASSIGN_OR_RETURN(SeriesKey key,
+                           DecodeSeriesKey(it->value().ToStringView()));
+    ids_.emplace(key, static_cast<SeriesId>(keys_.size()));
+    keys_.push_back(std::move(key));
+  }
+  VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read series index"));
+  blocks_.resize(keys_.size());
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbStore::LoadOpenBlocks() {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), cf(kOpen)));
+  std::vector<int64_t> ts;
+  std::vector<double> values;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() != 4 && k.size() != 12)
+      return absl::DataLossError("open blocks: bad key");
+    const SeriesId id = static_cast<SeriesId>(GetBE(k.data(), 4));
+    if (id >= blocks_.size())
+      return absl::DataLossError(
+          absl::StrCat("open blocks: unknown series id ", id));
+    Block& b = blocks_[id];
+    if (k.size() == 4) {  // cursor of the last closed block
+      const rocksdb::Slice v = it->value();
+      if (v.size() != 16) return absl::DataLossError("open blocks: bad cursor");
+      b.cursor = SeriesCursor{.has_last = true,
+                              .last_ms = Unbiased(GetBE(v.data(), 8)),
+                              .last_bits = GetBE(v.data() + 8, 8)};
+      continue;
+    }
+    ts.clear();
+    values.clear();
+    VIGIL_RETURN_IF_ERROR(
+        DecodeChunk(it->value().ToStringView(), &ts, &values));
+    if (ts.empty()) continue;
+    if (b.offsets.empty()) b.start_ms = ts[0];
+    b.pieces.push_back(Unbiased(GetBE(k.data() + 4, 8)));
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (ts[i] < b.start_ms || ts[i] - b.start_ms > UINT32_MAX)
+        return absl::DataLossError("open blocks: piece out of range");
+      b.offsets.push_back(static_cast<uint32_t>(ts[i] - b.start_ms));
+      b.values.push_back(values[i]);
+      (void)ClassifySample(&b.cursor, ts[i], values[i]);
+    }
+    b.checkpointed = static_cast<uint32_t>(b.offsets.size());
+  }
+  return FromRocks(it->status(), "cannot read open blocks");
+}
+
+absl::Status RocksDbStore::ReplayLog() {
+  VIGIL_ASSIGN_OR_RETURN(const uint64_t log_start, ReadU64(kLogStartKey, 0));
+  VIGIL_ASSIGN_OR_RETURN(std::vector<uint64_t> segments,
+                         ListFrameLogSegments(options_.data_dir));
+  log_number_ = log_start == 0 ? 0 : log_start - 1;
+  std::vector<uint64_t> replay;
+  for (uint64_t n : segments) {
+    if (n < log_start) {
+      std::filesystem::remove(FrameLogSegmentPath(options_.data_dir, n));
+    } else {
+      replay.push_back(n);
+      log_number_ = std::max(log_number_, n);
+    }
+  }
+  for (size_t i = 0; i < replay.size(); ++i) {
+    const std::string path = FrameLogSegmentPath(options_.data_dir, replay[i]);
+    const bool last = i + 1 == replay.size();
+    absl::Status apply_status;
+    VIGIL_ASSIGN_OR_RETURN(
+        FrameLogReplay r,
+        ReplayFrameLogSegment(
+            path, last,
+            [&](std::span<const FrameColumns> frames)
+                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+                  if (auto s = ValidateFrames(frames, keys_.size()); !s.ok())
+                    return absl::DataLossError(
+                        absl::StrCat("frame log ", path, ": ", s.message()));
+                  AppendResult ignored;
+                  rocksdb::WriteBatch batch;
+                  ApplyFrames(frames, &ignored, &batch);
+                  return WriteLocked(&batch);
+                }));
+    if (r.torn_bytes > 0 && !last)
+      return absl::DataLossError(absl::StrCat(
+          "frame log ", path, " is corrupt at byte ", r.valid_bytes,
+          " and is not the last segment"));
+    torn_bytes_ += r.torn_bytes;
+  }
+  // Start from a fresh segment with everything replayed made durable.
+  return Checkpoint();
+}
+
+void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
+                               AppendResult* result,
+                               rocksdb::WriteBatch* batch) {
+  const uint32_t block_samples = std::max<uint32_t>(1, options_.store.block_samples);
+  for (const FrameColumns& frame : frames) {
+    const int64_t ts_ms = TsToMillis(frame.ts);
+    for (size_t i = 0; i < frame.ids.size(); ++i) {
+      const SeriesId id = frame.ids[i];
+      Block& b = blocks_[id];
+      const SampleVerdict v = ClassifySample(&b.cursor, ts_ms, frame.values[i]);
+      CountVerdict(v, result);
+      if (v != SampleVerdict::kAccept) continue;
+      if (!b.offsets.empty() && ts_ms - b.start_ms >= block_ms_)
+        CloseBlock(id, &b, batch);
+      if (b.offsets.empty()) b.start_ms = ts_ms;
+      if (b.offsets.size() == b.checkpointed) dirty_.push_back(id);
+      b.offsets.push_back(static_cast<uint32_t>(ts_ms - b.start_ms));
+      b.values.push_back(frame.values[i]);
+      if (b.offsets.size() >= block_samples) CloseBlock(id, &b, batch);
+    }
+  }
+}
+
+void RocksDbStore::CloseBlock(SeriesId id, Block* b,
+                              rocksdb::WriteBatch* batch) {
+  thread_local std::vector<int64_t> ts;
+  BlockTimestamps(*b, 0, b->offsets.size(), &ts);
+  const std::string chunk = EncodeChunk(ts, b->values);
+  const int64_t day = DayOf(b->start_ms);
+  if (day <= retention_day_) ++late_writes_;
+  (void)batch->Put(cf(kRaw), RawKey(day, id, b->start_ms), chunk);
+  std::string cursor;
+  PutBE(&cursor, Biased(ts.back()), 8);
+  uint64_t bits;
+  std::memcpy(&bits, &b->values.back(), sizeof bits);
+  PutBE(&cursor, bits, 8);
+  (void)batch->Put(cf(kOpen), CursorKey(id), cursor);
+  for (int64_t piece : b->pieces) (void)batch->Delete(cf(kOpen), PieceKey(id, piece));
+  b->offsets.clear();
+  b->values.clear();
+  b->pieces.clear();
+  b->checkpointed = 0;
+  ++chunks_flushed_;
+}
+
+absl::Status RocksDbStore::WriteLocked(rocksdb::WriteBatch* batch) {
+  if (batch->Count() == 0) return absl::OkStatus();
+  rocksdb::WriteOptions write;
+  write.sync = options_.sync_frame_log;
+  absl::Status s = FromRocks(db_->Write(write, batch), "cannot write chunks");
+  if (!s.ok()) broken_ = s;
+  return s;
+}
+
+absl::Status RocksDbStore::Checkpoint() {
+  const uint64_t number = log_number_ + 1;
+  VIGIL_ASSIGN_OR_RETURN(
+      std::unique_ptr<FrameLogWriter> writer,
+      FrameLogWriter::Create(FrameLogSegmentPath(options_.data_dir, number)));
+  log_ = std::move(writer);
+  log_number_ = number;
+  Hook("rotated");
+
+  rocksdb::WriteBatch batch;
+  std::vector<int64_t> ts;
+  std::vector<std::pair<SeriesId, int64_t>> written;
+  for (SeriesId id : dirty_) {
+    Block& b = blocks_[id];
+    if (b.checkpointed >= b.offsets.size()) continue;
+    BlockTimestamps(b, b.checkpointed, b.offsets.size(), &ts);
+    const std::string piece = EncodeChunk(
+        ts, std::span(b.values).subspan(b.checkpointed), kPieceCodec);
+    (void)batch.Put(cf(kOpen), PieceKey(id, ts[0]), piece);
+    written.emplace_back(id, ts[0]);
+    b.pieces.push_back(ts[0]);  // provisional: rolled back on failure
+    b.checkpointed = static_cast<uint32_t>(b.offsets.size());
+  }
+  (void)batch.Put(cf(kMeta), kLogStartKey, U64Value(number));
+  rocksdb::WriteOptions write;
+  write.sync = options_.sync_frame_log;
+  absl::Status s = FromRocks(db_->Write(write, &batch), "cannot checkpoint");
+  if (!s.ok()) {
+    // The old segments stay in the replay range; undo the bookkeeping.
+    for (auto [id, start] : written) {
+      Block& b = blocks_[id];
+      b.pieces.pop_back();
+      b.checkpointed = static_cast<uint32_t>(
+          std::find(b.offsets.begin(), b.offsets.end(),
+                    static_cast<uint32_t>(start - b.start_ms)) -
+          b.offsets.begin());
+    }
+    return s;
+  }
+  dirty_.clear();
+  Hook("committed");
+  auto segments = ListFrameLogSegments(options_.data_dir);
+  if (segments.ok()) {
+    for (uint64_t n : *segments) {
+      if (n < number) {
+        std::error_code ec;
+        std::filesystem::remove(FrameLogSegmentPath(options_.data_dir, n), ec);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SeriesId> RocksDbStore::Resolve(const SeriesKey& key) {
+  SeriesKey normal = key;
+  VIGIL_RETURN_IF_ERROR(NormalizeSeriesKey(&normal));
+  absl::MutexLock l(&mu_);
+  auto it = ids_.find(normal);
+  if (it != ids_.end()) return it->second;
+  if (keys_.size() >= options_.store.max_series)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("series limit ", options_.store.max_series, " reached"));
+  const SeriesId id = static_cast<SeriesId>(keys_.size());
+  rocksdb::WriteOptions write;
+  write.sync = options_.sync_frame_log;
+  VIGIL_RETURN_IF_ERROR(
+      FromRocks(db_->Put(write, cf(kIndex), IndexKey(id), EncodeSeriesKey(normal)),
+                "cannot persist series"));
+  ids_.emplace(normal, id);
+  keys_.push_back(std::move(normal));
+  blocks_.emplace_back();
+  return id;
+}
+
+absl::StatusOr<SeriesKey> RocksDbStore::Key(SeriesId id) const {
+  absl::MutexLock l(&mu_);
+  if (id >= keys_.size())
+    return absl::NotFoundError(absl::StrCat("unknown series id ", id));
+  return keys_[id];
+}
+
+std::vector<SeriesInfo> RocksDbStore::ListSeries(
+    const SeriesFilter& filter) const {
+  absl::MutexLock l(&mu_);
+  std::vector<SeriesInfo> out;
+  for (SeriesId id = 0; id < keys_.size(); ++id) {
+    const SeriesKey& key = keys_[id];
+    if (!filter.metric.empty() && key.metric != filter.metric) continue;
+    if (!filter.job.empty() && key.LabelValue("job") != filter.job) continue;
+    if (!filter.node.empty() && key.LabelValue("node") != filter.node) continue;
+    out.push_back(SeriesInfo{.id = id, .key = key});
+  }
+  return out;
+}
+
+absl::Status RocksDbStore::Append(std::span<const FrameColumns> frames,
+                                  AppendResult* result) {
+  AppendResult local;
+  bool retention_due = false;
+  {
+    absl::MutexLock l(&mu_);
+    VIGIL_RETURN_IF_ERROR(broken_);
+    VIGIL_RETURN_IF_ERROR(ValidateFrames(frames, keys_.size()));
+    VIGIL_RETURN_IF_ERROR(log_->Append(frames, options_.sync_frame_log));
+    rocksdb::WriteBatch batch;
+    ApplyFrames(frames, &local, &batch);
+    appended_ += local.accepted;
+    dropped_ += local.duplicates + local.out_of_order;
+    VIGIL_RETURN_IF_ERROR(WriteLocked(&batch));
+    if (log_->size() >= options_.frame_log_checkpoint_bytes)
+      VIGIL_RETURN_IF_ERROR(Checkpoint());
+    const double now = options_.store.clock->Now();
+    if (now >= next_retention_) {
+      next_retention_ = now + kRetentionInterval;
+      retention_due = true;
+    }
+  }
+  if (result != nullptr) *result = local;
+  if (retention_due) return EnforceRetention();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> RocksDbStore::SnapshotOpenBlock(
+    SeriesId id, int64_t from_ms, int64_t to_ms, std::vector<int64_t>* ts,
+    std::vector<double>* values) const {
+  absl::MutexLock l(&mu_);
+  if (id >= blocks_.size())
+    return absl::NotFoundError(absl::StrCat("unknown series id ", id));
+  const Block& b = blocks_[id];
+  if (b.offsets.empty()) return std::numeric_limits<int64_t>::max();
+  for (size_t i = 0; i < b.offsets.size(); ++i) {
+    const int64_t t = b.start_ms + b.offsets[i];
+    if (t < from_ms || t >= to_ms) continue;
+    ts->push_back(t);
+    values->push_back(b.values[i]);
+  }
+  return b.start_ms;
+}
+
+absl::Status RocksDbStore::ScanRaw(
+    const rocksdb::ReadOptions& read, SeriesId id, int64_t from_ms,
+    int64_t to_ms, int64_t open_start,
+    const std::function<void(const std::vector<int64_t>&,
+                             const std::vector<double>&)>& fn) const {
+  // Blocks span less than block_ms_, so earlier starts cannot overlap.
+  const int64_t first = from_ms - block_ms_;
+  const int64_t end = std::min(to_ms, open_start);
+  if (end <= first) return absl::OkStatus();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, cf(kRaw)));
+  std::vector<int64_t> ts;
+  std::vector<double> values;
+  int64_t day = DayOf(first);
+  while (day <= DayOf(end - 1)) {
+    it->Seek(RawKey(day, id, first));
+    if (!it->Valid()) break;
+    const int64_t key_day = KeyDay(it->key());
+    if (key_day > day) {  // nothing stored in between
+      day = key_day;
+      continue;
+    }
+    const std::string prefix = RawKey(day, id, 0).substr(0, 8);
+    for (; it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      const int64_t start = Unbiased(GetBE(it->key().data() + 8, 8));
+      if (start >= end) break;
+      ts.clear();
+      values.clear();
+      VIGIL_RETURN_IF_ERROR(
+          DecodeChunk(it->value().ToStringView(), &ts, &values));
+      fn(ts, values);
+    }
+    ++day;
+  }
+  return FromRocks(it->status(), "cannot read chunks");
+}
+
+absl::StatusOr<std::vector<Sample>> RocksDbStore::Query(SeriesId id,
+                                                        double from,
+                                                        double to) const {
+  const int64_t from_ms = TsToMillis(from) - 1, to_ms = TsToMillis(to) + 1;
+  std::vector<int64_t> open_ts;
+  std::vector<double> open_values;
+  VIGIL_ASSIGN_OR_RETURN(
+      const int64_t open_start,
+      SnapshotOpenBlock(id, from_ms, to_ms, &open_ts, &open_values));
+  std::vector<Sample> out;
+  auto add = [&](const std::vector<int64_t>& ts,
+                 const std::vector<double>& values) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const double t = MillisToTs(ts[i]);
+      if (t >= from && t < to) out.push_back(Sample{t, values[i]});
+    }
+  };
+  VIGIL_RETURN_IF_ERROR(
+      ScanRaw(rocksdb::ReadOptions(), id, from_ms, to_ms, open_start, add));
+  add(open_ts, open_values);
+  return out;
+}
+
+absl::StatusOr<std::vector<Aggregate>> RocksDbStore::QueryAggregate(
+    SeriesId id, double from, double to, double step) const {
+  VIGIL_RETURN_IF_ERROR(ValidateStep(step));
+  const int64_t from_ms = TsToMillis(from) - 1, to_ms = TsToMillis(to) + 1;
+  std::vector<int64_t> open_ts;
+  std::vector<double> open_values;
+  VIGIL_ASSIGN_OR_RETURN(
+      const int64_t open_start,
+      SnapshotOpenBlock(id, from_ms, to_ms, &open_ts, &open_values));
+  AggregateBuilder builder(from, to, step);
+  // One snapshot, so a concurrent roll-up is seen entirely or not at all.
+  const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+  rocksdb::ReadOptions read;
+  read.snapshot = snapshot;
+  absl::Status status = ScanRaw(
+      read, id, from_ms, to_ms, open_start,
+      [&](const std::vector<int64_t>& ts, const std::vector<double>& values) {
+        for (size_t i = 0; i < ts.size(); ++i) builder.AddSample(ts[i], values[i]);
+      });
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, cf(kRollup)));
+  int64_t day = DayOf(from_ms);
+  while (status.ok() && day <= DayOf(to_ms)) {
+    it->Seek(RollupKey(day, id));
+    if (!it->Valid()) break;
+    const int64_t key_day = KeyDay(it->key());
+    if (key_day > day) {
+      day = key_day;
+      continue;
+    }
+    if (it->key() == RollupKey(day, id)) {
+      absl::StatusOr<std::vector<RollupPoint>> points =
+          DecodeRollupChunk(it->value().ToStringView());
+      status = points.status();
+      if (!status.ok()) break;
+      for (const RollupPoint& p : *points) builder.AddRollup(p);
+    }
+    ++day;
+  }
+  if (status.ok()) status = FromRocks(it->status(), "cannot read rollups");
+  it.reset();
+  db_->ReleaseSnapshot(snapshot);
+  VIGIL_RETURN_IF_ERROR(status);
+  for (size_t i = 0; i < open_ts.size(); ++i)
+    builder.AddSample(open_ts[i], open_values[i]);
+  return builder.Finish();
+}
+
+absl::StatusOr<uint64_t> RocksDbStore::AppendEvent(const Event& event) {
+  if (event.stream.empty())
+    return absl::InvalidArgumentError("event stream is empty");
+  if (event.stream.size() > 0xffff)
+    return absl::InvalidArgumentError("event stream name longer than 65535");
+  if (!std::isfinite(event.ts))
+    return absl::InvalidArgumentError("event timestamp is not finite");
+  absl::MutexLock l(&events_mu_);
+  const uint64_t seq = next_seq_;
+  std::string key = EventPrefix(event.stream);
+  PutBE(&key, Biased(EventMillis(event.ts)), 8);
+  PutBE(&key, seq, 8);
+  std::string value;
+  uint64_t bits;
+  std::memcpy(&bits, &event.ts, sizeof bits);
+  PutBE(&value, bits, 8);
+  value.append(event.payload);
+  rocksdb::WriteBatch batch;
+  (void)batch.Put(cf(kEvents), key, value);
+  (void)batch.Put(cf(kMeta), kNextSeqKey, U64Value(seq + 1));
+  rocksdb::WriteOptions write;
+  write.sync = true;
+  VIGIL_RETURN_IF_ERROR(FromRocks(db_->Write(write, &batch), "cannot append event"));
+  next_seq_ = seq + 1;
+  return seq;
+}
+
+std::vector<Event> RocksDbStore::ListEvents(std::string_view stream,
+                                            double from, double to,
+                                            size_t limit) const {
+  std::vector<Event> out;
+  if (!(from < to) || limit == 0) return out;
+  const std::string prefix = EventPrefix(stream);
+  std::string start = prefix;
+  PutBE(&start, Biased(EventMillis(std::max(from, -9e12))), 8);
+  const int64_t last_ms = EventMillis(std::min(to, 9e12));
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), cf(kEvents)));
+  for (it->Seek(start); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    const rocksdb::Slice k = it->key();
+    const rocksdb::Slice v = it->value();
+    if (k.size() != prefix.size() + 16 || v.size() < 8) continue;
+    if (Unbiased(GetBE(k.data() + prefix.size(), 8)) > last_ms) break;
+    uint64_t bits = GetBE(v.data(), 8);
+    Event e;
+    std::memcpy(&e.ts, &bits, sizeof bits);
+    if (e.ts < from || e.ts >= to) continue;
+    e.stream = std::string(stream);
+    e.seq = GetBE(k.data() + prefix.size() + 8, 8);
+    e.payload.assign(v.data() + 8, v.size() - 8);
+    out.push_back(std::move(e));
+    if (out.size() >= limit) break;
+  }
+  return out;
+}
+
+absl::Status RocksDbStore::Flush() {
+  {
+    absl::MutexLock l(&mu_);
+    VIGIL_RETURN_IF_ERROR(broken_);
+    VIGIL_RETURN_IF_ERROR(Checkpoint());
+  }
+  VIGIL_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions(), handles_),
+                                  "cannot flush memtables"));
+  // The open family is small and mostly deleted pieces: drop them now.
+  return FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(), cf(kOpen),
+                                     nullptr, nullptr),
+                   "cannot compact open blocks");
+}
+
+absl::StatusOr<bool> RocksDbStore::RollUpDay(int64_t day) {
+  uint64_t generation;
+  {
+    absl::MutexLock l(&mu_);
+    generation = late_writes_;
+  }
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), cf(kRaw)));
+  const std::string day_prefix = RawKey(day, 0, 0).substr(0, 4);
+  std::vector<int64_t> ts;
+  std::vector<double> values;
+  it->Seek(day_prefix);
+  while (it->Valid() && it->key().starts_with(day_prefix)) {
+    // One group of series: fold their chunks into rollups.
+    std::map<SeriesId, std::vector<RollupPoint>> rollups;
+    SeriesId first = 0, last = 0;
+    while (it->Valid() && it->key().starts_with(day_prefix)) {
+      const SeriesId id = static_cast<SeriesId>(GetBE(it->key().data() + 4, 4));
+      if (rollups.empty()) first = id;
+      if (!rollups.contains(id) && rollups.size() >= kRetentionBatchSeries) break;
+      last = id;
+      ts.clear();
+      values.clear();
+      VIGIL_RETURN_IF_ERROR(
+          DecodeChunk(it->value().ToStringView(), &ts, &values));
+      RollUp(ts, values, &rollups[id]);
+      it->Next();
+    }
+    VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read chunks"));
+    rocksdb::WriteBatch batch;
+    for (auto& [id, points] : rollups) {
+      std::sort(points.begin(), points.end(),
+                [](const RollupPoint& a, const RollupPoint& b) {
+                  return a.minute_ms < b.minute_ms;
+                });
+      // Chunks may spill into the next day: group by the minute's day.
+      size_t begin = 0;
+      while (begin < points.size()) {
+        const int64_t rday = DayOf(points[begin].minute_ms);
+        size_t end = begin;
+        std::vector<RollupPoint> group;
+        while (end < points.size() && DayOf(points[end].minute_ms) == rday) {
+          if (!group.empty() && group.back().minute_ms == points[end].minute_ms)
+            MergeRollup(&group.back(), points[end]);
+          else
+            group.push_back(points[end]);
+          ++end;
+        }
+        std::string existing;
+        rocksdb::Status s =
+            db_->Get(rocksdb::ReadOptions(), cf(kRollup), RollupKey(rday, id), &existing);
+        if (!s.IsNotFound()) {
+          VIGIL_RETURN_IF_ERROR(FromRocks(s, "cannot read rollups"));
+          VIGIL_ASSIGN_OR_RETURN(std::vector<RollupPoint> old,
+                                 DecodeRollupChunk(existing));
+          group = MergeRollups(old, group);
+        }
+        (void)batch.Put(cf(kRollup), RollupKey(rday, id), EncodeRollupChunk(group));
+        begin = end;
+      }
+    }
+    std::string range_end = RawKey(day, last, std::numeric_limits<int64_t>::max());
+    range_end.push_back('\0');
+    (void)batch.DeleteRange(cf(kRaw), RawKey(day, first, std::numeric_limits<int64_t>::min()),
+                            range_end);
+    absl::MutexLock l(&mu_);
+    if (late_writes_ != generation) return false;
+    VIGIL_RETURN_IF_ERROR(
+        FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "cannot write rollups"));
+  }
+  return true;
+}
+
+absl::Status RocksDbStore::EnforceRetention() {
+  absl::MutexLock r(&retention_mu_);
+  const double now = options_.store.clock->Now();
+  const RetentionOptions& retention = options_.store.retention;
+  // A raw day is expired once every block starting in it is.
+  const int64_t raw_last =
+      DayOf(TsToMillis(now - retention.raw_seconds) - block_ms_) - 1;
+  const int64_t rollup_last =
+      DayOf(TsToMillis(now - retention.rollup_seconds)) - 1;
+  {
+    absl::MutexLock l(&mu_);
+    VIGIL_RETURN_IF_ERROR(broken_);
+    retention_day_ = raw_last;
+    rocksdb::WriteBatch batch;
+    for (SeriesId id = 0; id < blocks_.size(); ++id) {
+      Block& b = blocks_[id];
+      if (!b.offsets.empty() && DayOf(b.start_ms) <= raw_last)
+        CloseBlock(id, &b, &batch);
+    }
+    VIGIL_RETURN_IF_ERROR(WriteLocked(&batch));
+  }
+  bool deleted_raw = false;
+  while (true) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), cf(kRaw)));
+    it->SeekToFirst();
+    VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read chunks"));
+    if (!it->Valid()) break;
+    const int64_t day = KeyDay(it->key());
+    if (day > raw_last) break;
+    VIGIL_ASSIGN_OR_RETURN(const bool done, RollUpDay(day));
+    (void)done;  // a late write only means the loop goes round again
+    deleted_raw = true;
+  }
+  if (deleted_raw) {
+    const std::string end = RawKey(raw_last + 1, 0, 0);
+    const rocksdb::Slice end_slice(end);
+    VIGIL_RETURN_IF_ERROR(FromRocks(
+        db_->CompactRange(rocksdb::CompactRangeOptions(), cf(kRaw), nullptr, &end_slice),
+        "cannot compact raw chunks"));
+  }
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions(), cf(kRollup)));
+  it->SeekToFirst();
+  VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read rollups"));
+  if (it->Valid() &&
+      KeyDay(it->key()) <= rollup_last) {
+    const std::string begin = it->key().ToString();
+    const std::string end = RollupKey(rollup_last + 1, 0);
+    VIGIL_RETURN_IF_ERROR(FromRocks(
+        db_->DeleteRange(rocksdb::WriteOptions(), cf(kRollup), begin, end),
+        "cannot delete rollups"));
+    const rocksdb::Slice end_slice(end);
+    VIGIL_RETURN_IF_ERROR(FromRocks(
+        db_->CompactRange(rocksdb::CompactRangeOptions(), cf(kRollup), nullptr, &end_slice),
+        "cannot compact rollups"));
+  }
+  return absl::OkStatus();
+}
+
+StoreStats RocksDbStore::Stats() const {
+  StoreStats stats;
+  {
+    absl::MutexLock l(&mu_);
+    stats.series = keys_.size();
+    stats.samples_appended = appended_;
+    stats.samples_dropped = dropped_;
+    stats.chunks_flushed = chunks_flushed_;
+    stats.frame_log_bytes = log_ != nullptr ? log_->size() : 0;
+    stats.frame_log_torn_bytes = torn_bytes_;
+  }
+  uint64_t sst = 0;
+  for (rocksdb::ColumnFamilyHandle* h : handles_) {
+    uint64_t size = 0;
+    if (db_->GetIntProperty(h, "rocksdb.live-sst-files-size", &size)) sst += size;
+  }
+  stats.bytes_on_disk = sst + stats.frame_log_bytes;
+  return stats;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SeriesStore>> OpenRocksDbStore(
+    const RocksDbStoreOptions& options) {
+  if (options.store.clock == nullptr)
+    return absl::InvalidArgumentError("RocksDbStoreOptions.store.clock is required");
+  if (options.data_dir.empty())
+    return absl::InvalidArgumentError("RocksDbStoreOptions.data_dir is required");
+  if (options.store.block_samples == 0 || !(options.store.block_seconds > 0) ||
+      options.store.block_seconds > kMaxBlockSeconds)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_samples must be > 0 and block_seconds in (0, ", kMaxBlockSeconds, "]"));
+  auto store = std::make_unique<RocksDbStore>(options);
+  VIGIL_RETURN_IF_ERROR(store->Init());
+  return store;
+}
+
+}  // namespace vigil

@@ -1,0 +1,151 @@
+// SeriesStore contract, part 2: downsampling, retention and events.
+#include <cmath>
+#include <limits>
+
+#include "tests/storage/contract_fixture.h"
+
+namespace vigil::testing {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kDay = 86400;
+
+using StoreHistoryTest = StoreContractTest;
+
+void ExpectSameBuckets(const std::vector<Aggregate>& got,
+                       const std::vector<Aggregate>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].start, want[i].start) << i;
+    EXPECT_EQ(got[i].count, want[i].count) << i;
+    EXPECT_EQ(got[i].nan_count, want[i].nan_count) << i;
+    EXPECT_DOUBLE_EQ(got[i].sum, want[i].sum) << i;
+    EXPECT_EQ(got[i].min, want[i].min) << i;
+    EXPECT_EQ(got[i].max, want[i].max) << i;
+  }
+}
+
+TEST_P(StoreHistoryTest, AggregatesRawSamples) {
+  const SeriesId a = MustResolve(Key("a"));
+  // 3 minutes at 1 Hz: value = second of the minute; every 10th is NaN.
+  for (int i = 0; i < 180; ++i)
+    AppendFrame(store_.get(), kT0 + i, {a}, {i % 10 == 9 ? kNaN : double(i % 60)});
+  // Leave a gap, then one sample.
+  AppendFrame(store_.get(), kT0 + 600, {a}, {5});
+  std::vector<Aggregate> buckets = MustAggregate(a, kT0, kT0 + 3600, 60);
+  ASSERT_EQ(buckets.size(), 4u);  // empty minutes are omitted
+  for (int m = 0; m < 3; ++m) {
+    EXPECT_EQ(buckets[m].start, kT0 + 60 * m);
+    EXPECT_EQ(buckets[m].count, 60u);
+    EXPECT_EQ(buckets[m].nan_count, 6u);
+    EXPECT_EQ(buckets[m].min, 0);
+    EXPECT_EQ(buckets[m].max, 58);
+    EXPECT_EQ(buckets[m].sum, 1770 - (9 + 19 + 29 + 39 + 49 + 59));
+  }
+  EXPECT_EQ(buckets[3].start, kT0 + 600);
+  EXPECT_EQ(buckets[3].count, 1u);
+  // Steps below a minute, and [from, to) cutting through buckets.
+  std::vector<Aggregate> fine = MustAggregate(a, kT0 + 5, kT0 + 20, 10);
+  ASSERT_EQ(fine.size(), 2u);
+  EXPECT_EQ(fine[0].start, kT0);
+  EXPECT_EQ(fine[0].count, 5u);  // 5..8 and NaN at 9
+  EXPECT_EQ(fine[0].nan_count, 1u);
+  EXPECT_EQ(fine[1].count, 10u);
+  // An all-NaN bucket has NaN min/max.
+  std::vector<Aggregate> nan_only = MustAggregate(a, kT0 + 9, kT0 + 10, 1);
+  ASSERT_EQ(nan_only.size(), 1u);
+  EXPECT_TRUE(std::isnan(nan_only[0].min));
+  EXPECT_EQ(nan_only[0].count, nan_only[0].nan_count);
+  EXPECT_EQ(store_->QueryAggregate(a, kT0, kT0 + 60, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->QueryAggregate(a, kT0, kT0 + 60, kNaN).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->QueryAggregate(9, kT0, kT0 + 60, 60).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_P(StoreHistoryTest, RetentionKeepsRollupsThenDropsThem) {
+  const SeriesId a = MustResolve(Key("a")), b = MustResolve(Key("b"));
+  for (int i = 0; i < 1800; ++i) {
+    AppendFrame(store_.get(), kT0 + i, {a, b},
+                {std::sin(i * 0.01) * 100, i % 100 == 0 ? kNaN : 0.5 * i});
+  }
+  const std::vector<Aggregate> minutes_a = MustAggregate(a, kT0, kT0 + kDay, 60);
+  const std::vector<Aggregate> minutes_b = MustAggregate(b, kT0, kT0 + kDay, 60);
+  const std::vector<Aggregate> tens_b = MustAggregate(b, kT0, kT0 + kDay, 600);
+  ASSERT_EQ(minutes_a.size(), 30u);
+
+  // Past raw retention: raw samples are gone, minute aggregates remain.
+  clock_.Advance(9 * kDay);
+  ASSERT_TRUE(store_->EnforceRetention().ok());
+  EXPECT_TRUE(MustQuery(a, kT0, kT0 + kDay).empty());
+  ExpectSameBuckets(MustAggregate(a, kT0, kT0 + kDay, 60), minutes_a);
+  ExpectSameBuckets(MustAggregate(b, kT0, kT0 + kDay, 60), minutes_b);
+  ExpectSameBuckets(MustAggregate(b, kT0, kT0 + kDay, 600), tens_b);
+
+  // New data next to old rollups: both are visible.
+  AppendFrame(store_.get(), clock_.Now(), {a}, {1});
+  EXPECT_EQ(MustAggregate(a, kT0, clock_.Now() + 1, 60).size(), 31u);
+  // Running retention again changes nothing.
+  ASSERT_TRUE(store_->EnforceRetention().ok());
+  ExpectSameBuckets(MustAggregate(a, kT0, kT0 + kDay, 60), minutes_a);
+
+  // Past rollup retention: everything old is gone, recent data stays.
+  clock_.Advance(184 * kDay);
+  ASSERT_TRUE(store_->EnforceRetention().ok());
+  EXPECT_TRUE(MustAggregate(a, kT0, kT0 + kDay, 60).empty());
+  EXPECT_TRUE(MustAggregate(b, kT0, kT0 + kDay, 60).empty());
+}
+
+TEST_P(StoreHistoryTest, AppendEnforcesRetentionPeriodically) {
+  const SeriesId a = MustResolve(Key("a"));
+  for (int i = 0; i < 100; ++i) AppendFrame(store_.get(), kT0 + i, {a}, {1.0 * i});
+  clock_.Advance(10 * kDay);
+  AppendFrame(store_.get(), clock_.Now(), {a}, {7});
+  EXPECT_EQ(MustQuery(a, 0, 1e10), (std::vector<Sample>{{clock_.Now(), 7}}));
+  std::vector<Aggregate> old = MustAggregate(a, kT0, kT0 + 3600, 3600);
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_EQ(old[0].count, 100u);
+  EXPECT_EQ(old[0].sum, 4950);
+}
+
+TEST_P(StoreHistoryTest, EventsByStreamAndTime) {
+  auto append = [&](std::string stream, double ts, std::string payload) {
+    auto seq = store_->AppendEvent(
+        Event{.stream = std::move(stream), .ts = ts, .payload = std::move(payload)});
+    EXPECT_TRUE(seq.ok()) << seq.status();
+    return seq.value_or(0);
+  };
+  const uint64_t s1 = append("incident/1", kT0 + 10, R"({"state":"open"})");
+  const uint64_t s2 = append("incident/2", kT0 + 5, "other");
+  const uint64_t s3 = append("incident/1", kT0 + 5, "earlier");
+  const uint64_t s4 = append("incident/1", kT0 + 20.5, "");
+  EXPECT_LT(s1, s2);
+  EXPECT_LT(s2, s3);
+  EXPECT_LT(s3, s4);
+  std::vector<Event> got = store_->ListEvents("incident/1", 0, 1e10, 100);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].payload, "earlier");
+  EXPECT_EQ(got[0].seq, s3);
+  EXPECT_EQ(got[0].ts, kT0 + 5);
+  EXPECT_EQ(got[0].stream, "incident/1");
+  EXPECT_EQ(got[1].payload, R"({"state":"open"})");
+  EXPECT_EQ(got[2].ts, kT0 + 20.5);
+  EXPECT_EQ(store_->ListEvents("incident/1", kT0 + 5, kT0 + 20.5, 100).size(), 2u);
+  EXPECT_EQ(store_->ListEvents("incident/1", 0, 1e10, 1)[0].seq, s3);
+  EXPECT_TRUE(store_->ListEvents("incident/", 0, 1e10, 100).empty());
+  EXPECT_TRUE(store_->ListEvents("incident/1", 0, 1e10, 0).empty());
+  EXPECT_EQ(store_->AppendEvent(Event{.stream = "", .ts = kT0, .seq = 0, .payload = "x"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Events are never expired.
+  clock_.Advance(400 * kDay);
+  ASSERT_TRUE(store_->EnforceRetention().ok());
+  EXPECT_EQ(store_->ListEvents("incident/1", 0, 1e10, 100).size(), 3u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreHistoryTest,
+                         ::testing::Values(Backend::kMemory, Backend::kRocksDb),
+                         BackendName);
+
+}  // namespace
+}  // namespace vigil::testing

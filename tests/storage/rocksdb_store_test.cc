@@ -1,0 +1,263 @@
+// RocksDB-only behaviour: reopening, the frame log's torn tail, and crash
+// consistency of checkpoints. Crashes run in a re-executed child process
+// (threadsafe death tests) that _exit()s or is SIGKILLed mid-stream.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "storage/frame_log.h"
+#include "tests/storage/store_test_util.h"
+
+namespace vigil::testing {
+namespace {
+
+constexpr double kT0 = 1764000000.0;
+constexpr int kSeries = 5;
+
+// The value series `s` holds at frame `f`.
+double ValueAt(int s, int f) { return f % 13 == 0 ? NAN : (f * 7 + s) * 0.25; }
+
+class RocksDbStoreTest : public ::testing::Test {
+ protected:
+  RocksDbStoreTest() { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+
+  std::unique_ptr<SeriesStore> Open(RocksDbStoreOptions options) {
+    auto store = OpenRocksDbStore(options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+  std::unique_ptr<SeriesStore> Open() {
+    return Open(SmallRocksOptions(&clock_, dir_.path()));
+  }
+
+  // Resolves kSeries series; ids are 0..kSeries-1.
+  static std::vector<SeriesId> ResolveAll(SeriesStore* store) {
+    std::vector<SeriesId> ids;
+    for (int s = 0; s < kSeries; ++s)
+      ids.push_back(*store->Resolve(Key("m", "n" + std::to_string(s))));
+    return ids;
+  }
+
+  static absl::Status AppendFrameAt(SeriesStore* store, int f) {
+    std::vector<SeriesId> ids;
+    std::vector<double> values;
+    for (int s = 0; s < kSeries; ++s) {
+      ids.push_back(s);
+      values.push_back(ValueAt(s, f));
+    }
+    FrameColumns frame{.ts = kT0 + f, .ids = ids, .values = values};
+    return store->Append({&frame, 1}, nullptr);
+  }
+
+  // Number of frames stored: checks that every series holds exactly frames
+  // 0..n-1 with the right values, the same n for all.
+  static int StoredFrames(SeriesStore* store) {
+    int n = -1;
+    for (int s = 0; s < kSeries; ++s) {
+      auto got = store->Query(s, 0, 1e10);
+      EXPECT_TRUE(got.ok());
+      if (n < 0) n = static_cast<int>(got->size());
+      EXPECT_EQ(static_cast<int>(got->size()), n) << "series " << s;
+      for (size_t f = 0; f < got->size(); ++f) {
+        EXPECT_EQ((*got)[f].ts, kT0 + f);
+        const double want = ValueAt(s, static_cast<int>(f));
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan((*got)[f].value));
+        } else {
+          EXPECT_EQ((*got)[f].value, want) << "series " << s << " frame " << f;
+        }
+      }
+    }
+    return n;
+  }
+
+  // Frames the child acknowledged, from its ack file.
+  int AckedFrames() const {
+    std::ifstream in(dir_.path() + "/acks", std::ios::binary);
+    int last = 0, v;
+    while (in.read(reinterpret_cast<char*>(&v), sizeof v)) last = v;
+    return last;
+  }
+
+  // Child side: append frames 0.. forever, recording each ack durably
+  // (against a process kill) before the next append.
+  [[noreturn]] static void AppendForever(SeriesStore* store,
+                                         const std::string& dir) {
+    const int fd = ::open((dir + "/acks").c_str(),
+                          O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    for (int f = 0;; ++f) {
+      if (!AppendFrameAt(store, f).ok()) _exit(3);
+      const int acked = f + 1;
+      if (::write(fd, &acked, sizeof acked) != sizeof acked) _exit(4);
+    }
+  }
+
+  TestDir dir_;
+  FakeClock clock_{kT0};
+};
+
+TEST_F(RocksDbStoreTest, ReopenKeepsEverything) {
+  uint64_t last_seq;
+  {
+    auto store = Open();
+    ResolveAll(store.get());
+    for (int f = 0; f < 50; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+    last_seq = *store->AppendEvent(Event{.stream = "s", .ts = kT0, .seq = 0, .payload = "p"});
+  }
+  auto store = Open();
+  EXPECT_EQ(store->Stats().series, size_t{kSeries});
+  EXPECT_EQ(*store->Key(3), Key("m", "n3"));
+  EXPECT_EQ(*store->Resolve(Key("m", "n4")), 4u);
+  EXPECT_EQ(*store->Resolve(Key("new")), size_t{kSeries});
+  EXPECT_EQ(StoredFrames(store.get()), 50);
+  // The series cursors survived: a resend is a duplicate.
+  AppendResult r;
+  std::vector<SeriesId> ids = {0};
+  std::vector<double> v = {ValueAt(0, 49)};
+  FrameColumns frame{.ts = kT0 + 49, .ids = ids, .values = v};
+  ASSERT_TRUE(store->Append({&frame, 1}, &r).ok());
+  EXPECT_EQ(r.duplicates, 1u);
+  // Blocks continue where they stopped.
+  for (int f = 50; f < 90; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  EXPECT_EQ(StoredFrames(store.get()), 90);
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(StoredFrames(store.get()), 90);
+  EXPECT_EQ(store->Stats().frame_log_bytes, 0u);
+  EXPECT_GT(store->Stats().bytes_on_disk, 0u);
+  EXPECT_GT(*store->AppendEvent(Event{.stream = "s", .ts = kT0, .seq = 0, .payload = "q"}),
+            last_seq);
+  EXPECT_EQ(store->ListEvents("s", 0, 1e10, 10).size(), 2u);
+}
+
+TEST_F(RocksDbStoreTest, SecondOpenOfTheSameDirFails) {
+  auto store = Open();
+  auto second = OpenRocksDbStore(SmallRocksOptions(&clock_, dir_.path()));
+  EXPECT_FALSE(second.ok());
+}
+
+TEST_F(RocksDbStoreTest, BadOptionsAreRejected) {
+  RocksDbStoreOptions options = SmallRocksOptions(nullptr, dir_.path());
+  EXPECT_EQ(OpenRocksDbStore(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options = SmallRocksOptions(&clock_, "");
+  EXPECT_EQ(OpenRocksDbStore(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options = SmallRocksOptions(&clock_, dir_.path());
+  options.store.block_samples = 0;
+  EXPECT_EQ(OpenRocksDbStore(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RocksDbStoreTest, KilledProcessKeepsAckedSamples) {
+  EXPECT_EXIT(
+      {
+        auto store = Open();
+        ResolveAll(store.get());
+        std::atomic<int> acked{0};
+        // Kill the process from another thread while appends are running.
+        std::thread killer([&] {
+          while (acked.load() < 300) std::this_thread::yield();
+          kill(getpid(), SIGKILL);
+        });
+        const int fd = ::open((dir_.path() + "/acks").c_str(),
+                              O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        for (int f = 0;; ++f) {
+          if (!AppendFrameAt(store.get(), f).ok()) _exit(3);
+          const int n = f + 1;
+          if (::write(fd, &n, sizeof n) != sizeof n) _exit(4);
+          acked.store(n);
+        }
+      },
+      ::testing::KilledBySignal(SIGKILL), "");
+  const int acked = AckedFrames();
+  ASSERT_GE(acked, 300);
+  auto store = Open();
+  const int stored = StoredFrames(store.get());
+  EXPECT_GE(stored, acked);
+  EXPECT_LE(stored, acked + 1);  // the append in flight may have made it
+}
+
+TEST_F(RocksDbStoreTest, TornFrameLogTailIsCutAndReported) {
+  EXPECT_EXIT(
+      {
+        auto store = Open();
+        ResolveAll(store.get());
+        for (int f = 0; f < 40; ++f) {
+          if (!AppendFrameAt(store.get(), f).ok()) _exit(3);
+        }
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  // Cut the last record in half, as a crash during write() would.
+  auto segments = ListFrameLogSegments(dir_.path());
+  ASSERT_TRUE(segments.ok());
+  ASSERT_FALSE(segments->empty());
+  const std::string path = FrameLogSegmentPath(dir_.path(), segments->back());
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 30);
+  {
+    auto store = Open();
+    EXPECT_EQ(StoredFrames(store.get()), 39);
+    EXPECT_GT(store->Stats().frame_log_torn_bytes, 0u);
+    ASSERT_TRUE(AppendFrameAt(store.get(), 39).ok());
+  }
+  auto store = Open();
+  EXPECT_EQ(StoredFrames(store.get()), 40);
+  EXPECT_EQ(store->Stats().frame_log_torn_bytes, 0u);
+}
+
+// A crash at each step of the n-th checkpoint loses and duplicates nothing.
+class CheckpointCrashTest
+    : public RocksDbStoreTest,
+      public ::testing::WithParamInterface<std::tuple<const char*, int>> {
+ protected:
+  // Child side: appends with frequent checkpoints and _exit()s at `step` of
+  // checkpoint number `nth`.
+  [[noreturn]] void CrashAt(std::string step, int nth) {
+    RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+    options.frame_log_checkpoint_bytes = 1000;  // ~10 frames
+    int calls = 0;
+    options.checkpoint_hook = [&](std::string_view s) {
+      // Call 1 of each step is the checkpoint made when opening.
+      if (s == step && ++calls == nth + 1) _exit(0);
+    };
+    auto store = Open(options);
+    ResolveAll(store.get());
+    AppendForever(store.get(), dir_.path());
+  }
+};
+
+TEST_P(CheckpointCrashTest, NoSampleLostOrDuplicated) {
+  const auto [step, nth] = GetParam();
+  EXPECT_EXIT(CrashAt(step, nth), ::testing::ExitedWithCode(0), "");
+  const int acked = AckedFrames();
+  ASSERT_GT(acked, 0);
+  auto store = Open();
+  const int stored = StoredFrames(store.get());
+  EXPECT_GE(stored, acked);
+  EXPECT_LE(stored, acked + 1);
+  // And it keeps working across another clean reopen.
+  for (int f = stored; f < stored + 30; ++f)
+    ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  store.reset();
+  store = Open();
+  EXPECT_EQ(StoredFrames(store.get()), stored + 30);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Steps, CheckpointCrashTest,
+    ::testing::Combine(::testing::Values("rotated", "committed"),
+                       ::testing::Values(1, 2, 5)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param)) + "_" +
+             std::to_string(std::get<1>(info.param));
+    });
+
+}  // namespace
+}  // namespace vigil::testing
