@@ -1,0 +1,84 @@
+// Online anomaly detection for GPU training jobs: red lines, per-series
+// dynamic baselines, peer comparison, liveness and trend detectors, fed one
+// frame at a time. The live server and vigil-replay use it identically:
+// time and step come only with the data, so a recorded trace always yields
+// the same anomalies.
+#ifndef VIGIL_DETECTOR_DETECTOR_H_
+#define VIGIL_DETECTOR_DETECTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/series_key.h"
+#include "detector/anomaly.h"
+#include "detector/frame.h"
+#include "detector/options.h"
+
+namespace vigil {
+
+// Counters of what the detector has consumed.
+struct DetectorStats {
+  int64_t frames = 0;
+  int64_t samples = 0;
+  // Samples skipped because their id was never registered.
+  int64_t unregistered_samples = 0;
+  int64_t series = 0;
+  int64_t nodes = 0;
+  int64_t jobs = 0;
+};
+
+// All detectors over all jobs. Series state lives in vectors indexed by a
+// dense index resolved once per series id, so a frame costs O(samples) with
+// no allocation once every series has finished learning.
+//
+// Not thread-safe: one thread (or one lock) drives an instance. Holds no
+// references to its inputs after a call returns.
+class Detector {
+ public:
+  // Ids are store series ids and should be dense (allocated sequentially):
+  // the detector indexes a vector by them. Ids at or above this are
+  // rejected.
+  static constexpr uint32_t kMaxSeriesId = 1u << 26;
+
+  explicit Detector(const DetectorOptions& options = DetectorOptions());
+  ~Detector();
+  Detector(const Detector&) = delete;
+  Detector& operator=(const Detector&) = delete;
+
+  // Declares that series `id` is `key`; call before a frame uses `id`. The
+  // key's metric selects the detectors; its "gpu" (integer) and "dev"
+  // labels localise anomalies; the series belongs to the node and job of
+  // the first frame that carries it. Registering an id again with the same
+  // key is a no-op. kInvalidArgument if id >= kMaxSeriesId, kAlreadyExists
+  // if `id` was registered with a different key.
+  absl::Status RegisterSeries(uint32_t id, const SeriesKey& key);
+
+  // Whether `id` has been registered (the server registers ids it has not
+  // yet told the detector about, from its store's id -> key map).
+  bool HasSeries(uint32_t id) const;
+
+  // Consumes one frame (one node tick) and appends the anomalies it raised
+  // or cleared to `out`. Samples whose id is unregistered are counted in
+  // stats() and skipped. Frames of one node must come in `ts` order.
+  // Does not check liveness: see AdvanceTime.
+  void ProcessFrame(const FrameView& frame, std::vector<Anomaly>* out);
+
+  // Moves detection time to `ts` (a frame time in replay, the server clock
+  // live) and appends node_silent / job_hang anomalies to `out`. Cheap to
+  // call per frame: it scans at most once per
+  // LivenessOptions::check_interval_s of `ts`.
+  void AdvanceTime(double ts, std::vector<Anomaly>* out);
+
+  // What has been consumed so far.
+  DetectorStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_DETECTOR_DETECTOR_H_

@@ -1,0 +1,272 @@
+// Per-GPU detectors: missing GPUs, throttle bits, OOM forecast,
+// fragmentation, peer comparison; and periodic-stall dips per node.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "detector/detector_impl.h"
+
+namespace vigil {
+
+using detector_internal::GpuState;
+using detector_internal::JobState;
+using detector_internal::kHistory;
+using detector_internal::kInf;
+using detector_internal::kNaN;
+using detector_internal::kNone;
+using detector_internal::kNoStep;
+using detector_internal::NodeState;
+
+namespace {
+
+// NVLink traffic (tx + rx, bytes/s) of `g`; NaN when neither is known.
+double NvlinkRate(const GpuState& g) {
+  const bool tx = std::isfinite(g.nvl_tx), rx = std::isfinite(g.nvl_rx);
+  if (!tx && !rx) return kNaN;
+  return (tx ? g.nvl_tx : 0) + (rx ? g.nvl_rx : 0);
+}
+
+}  // namespace
+
+void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
+  const RedLineOptions& ro = opt.red_line;
+  const PeerOptions& po = opt.peer;
+  if (n.any_gpu) ++n.gpu_frames;
+  for (uint32_t gi : n.gpus) {
+    GpuState& g = gpus[gi];
+    if (g.seen_frame == n.frames) {
+      g.last_gpu_frame = n.gpu_frames;
+      if (g.missing) {
+        g.missing = false;
+        Emit(AnomalyKind::kGpuMissing, true, node, gi, kNone, 0);
+      }
+    } else if (n.any_gpu && !g.missing &&
+               n.gpu_frames - g.last_gpu_frame >= ro.gpu_missing_frames) {
+      // Only frames that carry GPU samples count: a frame from the
+      // training process alone says nothing about the GPUs.
+      g.missing = true;
+      Anomaly& a = Emit(AnomalyKind::kGpuMissing, false, node, gi, kNone,
+                        static_cast<double>(n.gpu_frames - g.last_gpu_frame));
+      a.score = a.value;
+      a.detail = absl::StrCat("absent from ", n.gpu_frames - g.last_gpu_frame,
+                              " frames");
+      continue;
+    }
+    if (g.seen_frame != n.frames) continue;
+    if (std::isfinite(g.throttle)) {
+      const uint32_t bits =
+          static_cast<uint32_t>(g.throttle) & po.throttle_mask;
+      const Sustain::Edge e =
+          g.throttle_sustain.Observe(bits != 0, bits == 0, po.throttle_sustain);
+      if (e != Sustain::Edge::kNone) {
+        Anomaly& a =
+            Emit(AnomalyKind::kThermalThrottle, e == Sustain::Edge::kCleared,
+                 node, gi, kNone, g.throttle);
+        a.metric = "gpu_throttle_reasons";
+        a.score = bits;
+        a.detail = absl::StrCat("throttle reasons 0x",
+                                absl::Hex(static_cast<uint32_t>(g.throttle)));
+      }
+    }
+    CheckOom(g, gi);
+    if (!n.warmup) CheckFragmentation(g, gi);
+  }
+  size_t live_nodes = 0;
+  for (uint32_t nn : j.nodes) live_nodes += nodes[nn].retired ? 0 : 1;
+  if (++j.frames_since_peers >= static_cast<int64_t>(live_nodes)) {
+    RecomputePeers(j);
+  }
+  if (n.benign) return;
+  for (uint32_t gi : n.gpus) {
+    if (gpus[gi].seen_frame == n.frames) CheckPeers(gpus[gi], j, gi);
+  }
+}
+
+void Detector::Impl::RecomputePeers(JobState& j) {
+  j.frames_since_peers = 0;
+  auto median_of = [&](auto get, int* count) {
+    scratch.clear();
+    for (uint32_t gi : j.gpus) {
+      const GpuState& g = gpus[gi];
+      const NodeState& n = nodes[g.node];
+      const double fresh =
+          std::isfinite(n.interval) ? 3 * n.interval + 1e-9 : 30;
+      if (n.retired || n.benign || g.missing || !(ts - g.last_ts <= fresh)) {
+        continue;
+      }
+      const double v = get(g);
+      if (std::isfinite(v)) scratch.push_back(v);
+    }
+    *count = static_cast<int>(scratch.size());
+    return detector_internal::MedianInPlace(scratch);
+  };
+  j.med_power =
+      median_of([](const GpuState& g) { return g.power; }, &j.n_power);
+  j.med_clock =
+      median_of([](const GpuState& g) { return g.clock; }, &j.n_clock);
+  j.med_nvlink = median_of(NvlinkRate, &j.n_nvlink);
+}
+
+void Detector::Impl::CheckPeers(GpuState& g, const JobState& j, uint32_t gi) {
+  const PeerOptions& po = opt.peer;
+  const uint32_t node = g.node;
+  if (j.n_power >= po.min_peers && j.med_power >= po.min_median_watts &&
+      std::isfinite(g.power)) {
+    const double below = j.med_power - g.power;
+    const Sustain::Edge e =
+        g.power_low.Observe(below >= po.power_below_watts,
+                            below < po.power_clear_watts, po.sustain);
+    if (e != Sustain::Edge::kNone) {
+      Anomaly& a = Emit(AnomalyKind::kPeerPowerLow,
+                        e == Sustain::Edge::kCleared, node, gi, kNone, g.power);
+      a.metric = "gpu_power_watts";
+      a.baseline_mean = j.med_power;
+      a.score = below;
+      a.detail = absl::StrCat(static_cast<int64_t>(below),
+                              " W below the median of ", j.n_power, " GPUs");
+    }
+  }
+  if (j.n_clock >= po.min_peers && j.med_clock > 0 && std::isfinite(g.clock)) {
+    const double ratio = g.clock / j.med_clock;
+    const Sustain::Edge e =
+        g.clock_low.Observe(ratio < po.clock_low_fraction,
+                            ratio >= po.clock_clear_fraction, po.sustain);
+    if (e != Sustain::Edge::kNone) {
+      Anomaly& a = Emit(AnomalyKind::kClockLow, e == Sustain::Edge::kCleared,
+                        node, gi, kNone, g.clock);
+      a.metric = "gpu_sm_clock_mhz";
+      a.baseline_mean = j.med_clock;
+      a.score = 1 - ratio;
+      if (std::isfinite(g.throttle)) {
+        a.detail = absl::StrCat("throttle reasons 0x",
+                                absl::Hex(static_cast<uint32_t>(g.throttle)));
+      }
+    }
+  }
+  const double rate = NvlinkRate(g);
+  if (j.n_nvlink >= po.min_peers && j.med_nvlink >= po.nvlink_min_median &&
+      std::isfinite(rate)) {
+    const double ratio = rate / j.med_nvlink;
+    const Sustain::Edge e =
+        g.nvlink_low.Observe(ratio < po.nvlink_low_fraction,
+                             ratio >= po.nvlink_clear_fraction, po.sustain);
+    if (e != Sustain::Edge::kNone) {
+      Anomaly& a = Emit(AnomalyKind::kNvlinkTrafficLow,
+                        e == Sustain::Edge::kCleared, node, gi, kNone, rate);
+      a.metric = "gpu_nvlink_tx_bytes_total";
+      a.baseline_mean = j.med_nvlink;
+      a.score = 1 - ratio;
+    }
+  }
+}
+
+void Detector::Impl::CheckOom(GpuState& g, uint32_t gi) {
+  const TrendOptions& to = opt.trend;
+  const NodeState& n = nodes[g.node];
+  double used;
+  if (g.has_used_series) {
+    if (g.used_frame != n.frames) return;
+    used = g.mem_used;
+  } else {
+    if (g.reserved_frame != n.frames) return;
+    used = g.reserved;
+  }
+  const double total = g.mem_total;
+  if (!std::isfinite(used) || !(total > 0)) return;
+  // The allocator's ramp in the first steps is no leak: only the
+  // threshold itself is checked during warm-up, the growth fit after it.
+  if (!n.warmup) {
+    if (std::isnan(g.mem_fit_start)) g.mem_fit_start = ts;
+    g.mem_fit.Add(ts, used, to.oom_tau_s);
+  }
+  const double frac = used / total;
+  const double slope = g.mem_fit.slope();
+  // A slope from a few noisy points is no trend: the fit must span half
+  // its time constant.
+  const bool growing = !n.warmup && g.mem_fit.points() >= to.oom_min_points &&
+                       ts - g.mem_fit_start >= 0.5 * to.oom_tau_s &&
+                       slope * to.oom_horizon_s >= to.oom_min_growth * total;
+  const double target = to.oom_fraction * total;
+  double seconds = kInf;
+  if (frac >= to.oom_fraction) {
+    seconds = 0;
+  } else if (growing) {
+    seconds = std::max(0.0, (target - g.mem_fit.value_now()) / slope);
+  }
+  const Sustain::Edge e =
+      g.oom.Observe(seconds <= to.oom_horizon_s, seconds > 2 * to.oom_horizon_s,
+                    to.oom_sustain);
+  if (e == Sustain::Edge::kNone) return;
+  Anomaly& a = Emit(AnomalyKind::kOomForecast, e == Sustain::Edge::kCleared,
+                    g.node, gi, kNone, frac);
+  a.metric =
+      g.has_used_series ? "gpu_memory_used_bytes" : "torch_reserved_bytes";
+  a.baseline_mean = to.oom_fraction;
+  a.score = seconds;
+  a.detail = absl::StrCat(
+      "growth ", static_cast<int64_t>(slope * 60 / (1 << 20)), " MiB/min, ",
+      static_cast<int64_t>(frac * 1000) / 10.0, " % used");
+}
+
+void Detector::Impl::CheckFragmentation(GpuState& g, uint32_t gi) {
+  const TrendOptions& to = opt.trend;
+  const NodeState& n = nodes[g.node];
+  if (g.reserved_frame != n.frames || g.allocated_frame != n.frames ||
+      !(g.reserved >= to.frag_min_reserved_bytes) ||
+      !std::isfinite(g.allocated)) {
+    return;
+  }
+  const double frag = 1 - g.allocated / g.reserved;
+  const Sustain::Edge e = g.frag.Observe(frag > to.frag_threshold,
+                                         frag < to.frag_clear, to.frag_sustain);
+  if (e == Sustain::Edge::kNone) return;
+  Anomaly& a = Emit(AnomalyKind::kFragmentation, e == Sustain::Edge::kCleared,
+                    g.node, gi, kNone, frag);
+  a.metric = "torch_reserved_bytes";
+  a.baseline_mean = to.frag_threshold;
+  a.score = frag;
+}
+
+void Detector::Impl::RecordDip(NodeState& n, uint32_t node) {
+  const TrendOptions& to = opt.trend;
+  n.dip_ts[n.dips % kHistory] = ts;
+  n.dip_step[n.dips % kHistory] = step ? *step : kNoStep;
+  ++n.dips;
+  if (n.stall_raised || n.dips < to.stall_min_dips) return;
+  // Spacing of the last stall_min_dips dips, in steps when all have one.
+  const int k = std::min(to.stall_min_dips, kHistory);
+  bool steps = true;
+  for (int i = 0; i < k; ++i) {
+    steps = steps && n.dip_step[(n.dips - 1 - i) % kHistory] != kNoStep;
+  }
+  double sum = 0, sum2 = 0, sum_s = 0;
+  bool short_enough = true;
+  const double max_period =
+      steps ? to.stall_max_period_steps : to.stall_max_period_s;
+  for (int i = 0; i + 1 < k; ++i) {
+    const int a = (n.dips - 1 - i) % kHistory, b = (n.dips - 2 - i) % kHistory;
+    const double d = steps ? static_cast<double>(n.dip_step[a] - n.dip_step[b])
+                           : n.dip_ts[a] - n.dip_ts[b];
+    short_enough = short_enough && d > 0 && d <= max_period;
+    sum += d;
+    sum2 += d * d;
+    sum_s += n.dip_ts[a] - n.dip_ts[b];
+  }
+  const double m = sum / (k - 1);
+  const double cv = std::sqrt(std::max(0.0, sum2 / (k - 1) - m * m)) / m;
+  if (!short_enough || !(cv <= to.stall_max_cv)) return;
+  n.stall_raised = true;
+  n.stall_period_s = sum_s / (k - 1);
+  Anomaly& a = Emit(AnomalyKind::kPeriodicStall, false, node, kNone, kNone,
+                    n.stall_period_s);
+  a.metric = "gpu_power_watts";
+  a.baseline_mean = n.busy;
+  a.score = m;
+  a.detail = absl::StrCat("power dips every ", m, steps ? " steps" : " s");
+  if (std::isfinite(n.dl_wait)) {
+    absl::StrAppend(&a.detail, ", dataloader wait ", n.dl_wait, " s");
+  }
+}
+
+}  // namespace vigil

@@ -1,0 +1,234 @@
+// Every tunable of the detectors, with its default and the reason for it.
+// Defaults target synchronous data-parallel LLM training with frames every
+// 1-10 s; a job that differs overrides fields, never code.
+#ifndef VIGIL_DETECTOR_OPTIONS_H_
+#define VIGIL_DETECTOR_OPTIONS_H_
+
+#include <cstdint>
+
+namespace vigil {
+
+// N-of-M confirmation with hysteresis: a condition is raised once `need` of
+// the last `window` observations were beyond the raise threshold, and
+// cleared after `clear` consecutive observations inside the clear band.
+// window is at most 64.
+struct SustainOptions {
+  int need = 3;
+  int window = 5;
+  int clear = 10;
+};
+
+// Dynamic baseline per (job, series); the series key carries the job.
+struct BaselineOptions {
+  // Steps over which a series is learned, counted from the first step the
+  // detector saw for it (samples, when its node's frames carry no step).
+  // 1000: the requirement.
+  int64_t learn_steps = 1000;
+  // Learning goes on past learn_steps until this many samples were kept:
+  // a median/MAD from fewer is not trustworthy.
+  int min_learn_samples = 30;
+  // Samples kept while learning; when full, every other one is dropped and
+  // only every 2nd (4th...) new one is kept, so memory is bounded.
+  int learn_buffer = 512;
+  // Steps (absolute; frames of the node without steps) at the start of a
+  // job treated as LR warm-up: out of learning and alerting. 200: loss,
+  // grad norm and memory move fast in the first hundred steps.
+  int64_t warmup_steps = 200;
+  // Raise beyond k_sigma robust sigmas (the requirement's 3), clear inside
+  // k_clear: the gap is the hysteresis.
+  double k_sigma = 3.0;
+  double k_clear = 2.0;
+  // 3 of 5: one-sided 3-sigma noise then fires ~1e-8 per sample instead of
+  // 1.3e-3, while a real shift is confirmed within 3-5 samples.
+  SustainOptions sustain = {3, 5, 10};
+  // Sigma is at least this fraction of |level|, so near-constant series
+  // (temperature, clocks) do not alert on tiny noise.
+  double sigma_floor_rel = 0.02;
+  // After learning, the level follows accepted samples (residuals clipped
+  // at k_sigma) with this EWMA weight: ~500 samples, slow enough that a
+  // fault is not learned away, fast enough for diurnal drift.
+  double level_alpha = 0.002;
+  // The same for trending series (train_loss): the level is a ~20-step
+  // EWMA so a loss that keeps falling is compared with its recent level,
+  // not with the step-0..1000 mean.
+  double trend_level_alpha = 0.05;
+  // EWMA weight of the sigma update (clipped absolute residuals).
+  double sigma_alpha = 0.002;
+};
+
+// Benign phases, kept out of learning and alerting (not out of red lines).
+struct PhaseOptions {
+  // A node is in a dip when the median power of its GPUs in a frame is
+  // below this fraction of its busy level: checkpoint saves and evals make
+  // every GPU wait together. (train_phase 1/2, when reported, is used
+  // directly.)
+  double dip_fraction = 0.5;
+  // A dip ends above this fraction (hysteresis: a ramp through 50 % is one
+  // dip, not several).
+  double dip_exit_fraction = 0.7;
+  // EWMA weight of the node's busy power level, and frames needed before a
+  // dip can be inferred.
+  double busy_alpha = 0.05;
+  int min_busy_frames = 10;
+  // A dip longer than this is no longer presumed benign (a checkpoint takes
+  // seconds to a couple of minutes; a hang or a power-capped node stays).
+  double max_benign_dip_s = 180;
+  // Frames after a benign phase that are still treated as benign: the step
+  // that contained the checkpoint reports a long step time.
+  int grace_frames = 3;
+};
+
+// Red lines: no baseline, fire during learning too.
+struct RedLineOptions {
+  // fp16 jobs (those reporting train_loss_scale) see Inf grad norms while
+  // GradScaler searches its scale; only this many consecutive non-finite
+  // grad norms after warm-up are a red line. bf16/fp32 jobs fire on the
+  // first.
+  int grad_nonfinite_fp16_steps = 8;
+  // Error-counter red lines clear after this many frames without increase.
+  int clear_frames = 30;
+  // A GPU is missing after this many of its node's GPU-bearing frames
+  // without any sample labelled with it (one lost sample is not a drop).
+  int gpu_missing_frames = 3;
+};
+
+// Peer comparison among all GPUs of a job (across nodes).
+struct PeerOptions {
+  // Power this far below the peer median is a cooling/power fault (the
+  // requirement's 50 W); it clears above median - power_clear_watts.
+  double power_below_watts = 50;
+  double power_clear_watts = 30;
+  // Below this peer median the job is idle and power says nothing.
+  double min_median_watts = 150;
+  // SM clock below this fraction of the peer median (SW power capping moves
+  // clocks by a few %), clear above clock_clear_fraction.
+  double clock_low_fraction = 0.85;
+  double clock_clear_fraction = 0.92;
+  // NVLink traffic below this fraction of the peer median (pipeline stages
+  // differ by ~2x, a broken link falls to ~0); clear above the second.
+  double nvlink_low_fraction = 0.25;
+  double nvlink_clear_fraction = 0.5;
+  // Medians under this rate (bytes/s, tx+rx) mean no NVLink workload.
+  double nvlink_min_median = 1e8;
+  // Fewest fresh GPUs in a job for a median to mean anything.
+  int min_peers = 3;
+  // 4 of 5 frames: sustained for a few steps.
+  SustainOptions sustain = {4, 5, 10};
+  // NVML clock-event reasons that are faults: 0x08 HW slowdown, 0x20 SW
+  // thermal, 0x40 HW thermal, 0x80 HW power brake (0x04 SW power cap is the
+  // normal state of a busy card).
+  uint32_t throttle_mask = 0xE8;
+  SustainOptions throttle_sustain = {3, 5, 10};
+};
+
+// Node silence and job hang.
+struct LivenessOptions {
+  // Silent after max(silent_intervals x the node's frame interval,
+  // min_silence_s) without a frame: a GC pause or a slow scrape is not a
+  // dead node.
+  double silent_intervals = 6;
+  double min_silence_s = 15;
+  // EWMA weight of the frame interval estimate.
+  double interval_alpha = 0.1;
+  // Hang: no node of a job changed its step for max(hang_timeout_s,
+  // hang_stall_factor x the longest stall that ended by itself) while the
+  // job's frames still arrive. 180 s: well before NCCL's 10-30 min timeout,
+  // longer than a checkpoint save.
+  double hang_timeout_s = 180;
+  double hang_stall_factor = 1.5;
+  // "Frames still arrive": the job's last frame is at most this old.
+  double hang_recent_frame_s = 60;
+  // While a node reports train_phase checkpoint/eval, a stall is allowed
+  // this long.
+  double hang_benign_phase_max_s = 1800;
+  // AdvanceTime scans nodes and jobs at most once per this many seconds of
+  // data time, so calling it per frame stays O(1) amortised.
+  double check_interval_s = 1;
+};
+
+// Trends and patterns.
+struct TrendOptions {
+  // OOM: warn when memory (gpu_memory_used_bytes, else
+  // torch_reserved_bytes, over gpu_memory_total_bytes) is at oom_fraction
+  // (also during warm-up: the first batches may already reach it), or a
+  // line fitted over ~oom_tau_s projects it there within oom_horizon_s
+  // while growing at least oom_min_growth of the card per horizon (a flat
+  // 97.5 % job must not alert on jitter). The fit starts after warm-up (the
+  // allocator's initial ramp is no leak) and must span oom_tau_s / 2.
+  double oom_fraction = 0.98;
+  double oom_horizon_s = 600;
+  double oom_tau_s = 120;
+  double oom_min_growth = 0.01;
+  int oom_min_points = 10;
+  SustainOptions oom_sustain = {3, 5, 10};
+  // Fragmentation 1 - allocated/reserved above 20 % (the requirement),
+  // clear below 15 %, ignored while reserved is below the minimum.
+  double frag_threshold = 0.20;
+  double frag_clear = 0.15;
+  double frag_min_reserved_bytes = 1 << 30;
+  SustainOptions frag_sustain = {8, 10, 10};
+  // Periodic stall: stall_min_dips consecutive node power dips (see
+  // PhaseOptions::dip_fraction) whose spacing is at most stall_max_period
+  // steps (seconds when frames carry no step) and regular (coefficient of
+  // variation of the spacing at most stall_max_cv). Checkpoints every
+  // 100-1000 steps are not "every few steps".
+  int stall_min_dips = 4;
+  double stall_max_period_steps = 50;
+  double stall_max_period_s = 60;
+  double stall_max_cv = 0.35;
+  // Throughput (train_tokens_per_second) below its learned level by more
+  // than warn (tier 1, the requirement's 15 %) or severe (tier 2, 30 %),
+  // and at least throughput_min_z sigmas, for 8 of 10 samples; clears
+  // inside throughput_clear.
+  double throughput_warn = 0.15;
+  double throughput_severe = 0.30;
+  double throughput_clear = 0.10;
+  double throughput_min_z = 2.0;
+  SustainOptions throughput_sustain = {8, 10, 10};
+  // Grad norm at least grad_explosion_factor x its learned level (clear
+  // below grad_explosion_clear x), or at most grad_vanish_fraction x (clear
+  // above grad_vanish_clear x). Single-step spikes are common; 3 of 5 are
+  // not.
+  double grad_explosion_factor = 4;
+  double grad_explosion_clear = 2;
+  double grad_vanish_fraction = 0.05;
+  double grad_vanish_clear = 0.2;
+  SustainOptions grad_sustain = {3, 5, 10};
+  // Loss oscillation: the median |step-to-step loss change| over the last
+  // 16 steps is loss_osc_factor x its learned value, with at least
+  // loss_osc_min_flips of the changes flipping sign (a diverging loss
+  // rises without flips and is baseline_high instead). A median ignores
+  // one bad batch.
+  double loss_osc_factor = 4;
+  double loss_osc_min_flips = 0.4;
+  SustainOptions loss_osc_sustain = {3, 5, 10};
+  // Loss scale: at least loss_scale_halvings halvings within
+  // loss_scale_window_steps. GradScaler halves about once per growth
+  // interval (2000 steps) in a healthy fp16 run.
+  int loss_scale_halvings = 4;
+  int64_t loss_scale_window_steps = 200;
+  // ECC single-bit rate extrapolated per day over an exponential window of
+  // ecc_sbe_tau_s; fires above ecc_sbe_per_day once ecc_sbe_min_count
+  // errors are in the window (one error is not a storm).
+  double ecc_sbe_per_day = 1000;
+  double ecc_sbe_min_count = 10;
+  double ecc_sbe_tau_s = 3600;
+  // MFU below mfu_threshold (the requirement's 40 %) for 54 of 60 samples.
+  double mfu_threshold = 0.40;
+  double mfu_clear = 0.45;
+  SustainOptions mfu_sustain = {54, 60, 20};
+};
+
+// All detector options.
+struct DetectorOptions {
+  BaselineOptions baseline;
+  PhaseOptions phase;
+  RedLineOptions red_line;
+  PeerOptions peer;
+  LivenessOptions liveness;
+  TrendOptions trend;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_DETECTOR_OPTIONS_H_
