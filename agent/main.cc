@@ -1,0 +1,156 @@
+// vigil-agent: streams a node's metrics to vigil-server. For now the node is
+// simulated (--simulate); real collectors come later.
+//
+//   vigil-agent --server HOST:PORT --node NAME --simulate [--job NAME]
+//               [--gpus 8] [--interval 1.0] [--seed N] [--start-step N]
+//               [--duration SECONDS]
+//
+// Flags take "--name value" or "--name=value"; --simulate takes a value only
+// as --simulate=SCENARIO (bare --simulate means "healthy").
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "agent/runner.h"
+#include "agent/simulator.h"
+#include "agent/stream_client.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: vigil-agent --server HOST:PORT --node NAME --simulate[=healthy]\n"
+    "         [--job NAME] [--gpus 8] [--interval 1.0] [--seed N]\n"
+    "         [--start-step N] [--duration SECONDS (0 = forever)]\n";
+
+// Seconds the agent keeps trying to deliver pending batches on exit.
+constexpr double kFlushSeconds = 5.0;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "vigil-agent: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags = {
+      {"server", ""},      {"node", ""},        {"job", "llama-70b"},
+      {"gpus", "8"},       {"interval", "1.0"}, {"seed", "1"},
+      {"start-step", "0"}, {"duration", "0"}};
+  std::string simulate;  // empty: not given
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg.rfind("--", 0) != 0) return Fail("unexpected argument " + arg);
+    std::string name = arg.substr(2), value;
+    size_t eq = name.find('=');
+    bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "simulate") {
+      simulate = has_value ? value : "healthy";
+      continue;
+    }
+    if (flags.find(name) == flags.end()) return Fail("unknown flag --" + name);
+    if (!has_value) {
+      if (i + 1 >= argc) return Fail("--" + name + " needs a value");
+      value = argv[++i];
+    }
+    flags[name] = value;
+  }
+  if (flags["server"].empty() || flags["node"].empty()) {
+    return Fail("--server and --node are required");
+  }
+  if (simulate.empty()) {
+    return Fail("only simulated nodes are supported yet: pass --simulate");
+  }
+  if (simulate != "healthy") {
+    return Fail("unknown scenario '" + simulate + "' (known: healthy)");
+  }
+  int gpus = 0;
+  double interval = 0, duration = 0;
+  uint64_t seed = 0;
+  int64_t start_step = 0;
+  if (!absl::SimpleAtoi(flags["gpus"], &gpus) ||
+      !absl::SimpleAtod(flags["interval"], &interval) || !(interval > 0) ||
+      !absl::SimpleAtod(flags["duration"], &duration) || duration < 0 ||
+      !absl::SimpleAtoi(flags["seed"], &seed) ||
+      !absl::SimpleAtoi(flags["start-step"], &start_step)) {
+    return Fail(
+        "bad number in --gpus, --interval, --duration, --seed or "
+        "--start-step");
+  }
+
+  vigil::agent::SimulatorOptions sim_options;
+  sim_options.node = flags["node"];
+  sim_options.job = flags["job"];
+  sim_options.gpus = gpus;
+  sim_options.nics = gpus;
+  sim_options.seed = seed;
+  sim_options.start_step = start_step;
+  absl::StatusOr<vigil::agent::Simulator> sim =
+      vigil::agent::Simulator::Create(sim_options);
+  if (!sim.ok()) return Fail(std::string(sim.status().message()));
+
+  vigil::agent::StreamClientOptions client_options;
+  client_options.server = flags["server"];
+  client_options.node = flags["node"];
+  client_options.interval_seconds = interval;
+  absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> client =
+      vigil::agent::StreamClient::Create(client_options);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+
+  // SIGINT/SIGTERM go to one thread: the first stops the runner (pending
+  // batches are then flushed), a second exits at once.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  vigil::agent::NodeRunnerOptions run_options;
+  run_options.interval_seconds = interval;
+  run_options.duration_seconds = duration;
+  vigil::agent::NodeRunner runner(run_options, &*sim, client->get(),
+                                  vigil::RealClock());
+  std::thread([&signals, &runner] {
+    int sig;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "vigil-agent: signal %d, flushing and exiting\n", sig);
+    runner.Stop();
+    sigwait(&signals, &sig);
+    std::_Exit(1);
+  }).detach();
+
+  (*client)->Start();
+  std::fprintf(stderr,
+               "vigil-agent: node %s (instance %s) streaming %zu series of a "
+               "simulated %d-GPU node to %s every %gs\n",
+               flags["node"].c_str(), (*client)->agent_instance().c_str(),
+               sim->series().size(), gpus, flags["server"].c_str(), interval);
+  absl::Status status = runner.Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "vigil-agent: %s\n", status.ToString().c_str());
+  }
+  bool flushed = (*client)->WaitForAcked(
+      runner.last_seq(), vigil::RealClock()->Now() + kFlushSeconds);
+  (*client)->Stop();
+  vigil::agent::StreamClientStats s = (*client)->stats();
+  std::fprintf(stderr,
+               "vigil-agent: exiting: sent %llu acked %llu pending %zu%s\n",
+               static_cast<unsigned long long>(s.batches_sent),
+               static_cast<unsigned long long>(s.batches_acked),
+               s.pending_batches, flushed ? "" : " (not all delivered)");
+  return status.ok() ? 0 : 1;
+}

@@ -1,0 +1,237 @@
+// A simulated GPU training node: produces, tick by tick, every metric of the
+// catalogue in docs (REQUIREMENTS.md "Metric catalogue") as a healthy
+// multi-GPU node running BF16 data-parallel training would report it.
+//
+// Pure: no I/O, no clock. The caller passes each tick's Unix time, so a run is
+// a deterministic function of (options, tick times, scenario).
+#ifndef VIGIL_AGENT_SIMULATOR_H_
+#define VIGIL_AGENT_SIMULATOR_H_
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/series_key.h"
+
+namespace vigil::agent {
+
+// Shape of the simulated node and its job. Every field has a usable default.
+struct SimulatorOptions {
+  // Node name; mixed into the seed so that nodes with the same seed differ.
+  std::string node = "node0";
+  // Job name reported with every frame.
+  std::string job = "llama-70b";
+  // GPUs on the node (label gpu="0".."gpus-1"). 1..64.
+  int gpus = 8;
+  // RDMA NICs (label dev="mlx5_0"..). 0..64. Default: one per GPU.
+  int nics = 8;
+  // Local disks the dataloader reads from (label dev).
+  std::vector<std::string> disks = {"nvme0n1", "nvme1n1"};
+  // Seed of all randomness; same seed, node and tick times give the same run.
+  uint64_t seed = 1;
+  // Training step the node is on at the first tick (a resumed job > 0).
+  int64_t start_step = 0;
+  // Mean seconds per training step on this node (noise and a per-node
+  // factor of about +-1 % are added).
+  double step_seconds = 1.7;
+  // Tokens each GPU's rank processes per step.
+  double tokens_per_step_per_gpu = 2048;
+  // Model parameters (for MFU: 6 * params FLOPs per token).
+  double model_params = 70e9;
+  // Peak dense BF16 FLOP/s of one GPU (H100 SXM: 989 TFLOP/s).
+  double peak_flops_per_gpu = 989e12;
+  // Learning-rate warm-up length in steps; grad norm is higher during it.
+  int64_t warmup_steps = 200;
+  // A checkpoint is written whenever the step reaches a multiple of this;
+  // 0 disables checkpoints.
+  int64_t checkpoint_every_steps = 1000;
+  // Seconds a checkpoint stalls training (GPUs dip, train_phase = 1).
+  double checkpoint_seconds = 6.0;
+  // Mixed precision with fp16 and a GradScaler: emits train_loss_scale.
+  // The default, bf16, has no loss scale.
+  bool fp16 = false;
+  // Board power limit in watts; power above it is clamped and sets the
+  // "SW power cap" throttle bit (0x4).
+  double power_limit_watts = 700.0;
+  // Framebuffer size per GPU (H100 80GB: 81559 MiB).
+  double gpu_memory_total_bytes = 81559.0 * 1048576.0;
+};
+
+// One GPU's readings for a tick before quantization. Rates are already
+// integrated over the tick: *_bytes and *_errors fields are increments.
+struct GpuTick {
+  bool present = true;  // false: the GPU is gone and reports nothing
+  double utilization = 0;
+  double power_watts = 0;
+  double temperature_celsius = 0;
+  double memory_temperature_celsius = 0;
+  double sm_clock_mhz = 0;
+  uint32_t throttle_reasons = 0;
+  double memory_used_bytes = 0;
+  double memory_total_bytes = 0;
+  double nvlink_tx_bytes = 0;
+  double nvlink_rx_bytes = 0;
+  uint64_t nvlink_crc_errors = 0;
+  uint64_t nvlink_replay_errors = 0;
+  uint64_t nvlink_recovery_errors = 0;
+  uint64_t ecc_sbe = 0;
+  uint64_t ecc_dbe = 0;
+  bool remapped_rows_pending = false;
+  uint64_t xid_errors = 0;
+  uint32_t xid_last = 0;
+  uint64_t pcie_replays = 0;
+  double torch_reserved_bytes = 0;
+  double torch_allocated_bytes = 0;
+  uint64_t torch_alloc_retries = 0;
+};
+
+// One NIC's increments over a tick.
+struct NicTick {
+  double tx_bytes = 0;
+  double rx_bytes = 0;
+  uint64_t retransmits = 0;
+  uint64_t drops = 0;
+  uint64_t link_downed = 0;
+};
+
+// One disk's increments over a tick.
+struct DiskTick {
+  double read_bytes = 0;
+  uint64_t reads = 0;
+  double read_seconds = 0;
+};
+
+// Training-process readings of the last completed step.
+struct TrainTick {
+  double loss = 0;
+  double grad_norm = 0;
+  double tokens_per_second = 0;
+  double step_time_seconds = 0;
+  double dataloader_wait_seconds = 0;
+  double mfu_ratio = 0;
+  std::optional<double> loss_scale;  // fp16 only
+  int phase = 0;                     // 0 train, 1 checkpoint, 2 eval
+};
+
+// Everything the node reports at one tick, before counters are accumulated
+// and values quantized. A Scenario edits this.
+struct NodeTick {
+  double ts = 0;
+  int64_t step = 0;
+  bool node_up = true;  // false: the node sends no frame this tick
+  std::vector<GpuTick> gpus;
+  std::vector<NicTick> nics;
+  std::vector<DiskTick> disks;
+  TrainTick train;
+};
+
+// Where a tick is, for a Scenario deciding what to change.
+struct ScenarioContext {
+  const SimulatorOptions* options = nullptr;
+  double ts = 0;
+  double seconds_since_start = 0;
+  int64_t step = 0;
+};
+
+// A modification of healthy behaviour (a fault, a slow node). The simulator
+// asks it how fast training progresses, then lets it edit the healthy tick
+// before counters are accumulated, so counters stay monotonic whatever it
+// does. Implementations must be deterministic; called from one thread.
+class Scenario {
+ public:
+  virtual ~Scenario() = default;
+  // Factor on training speed for the tick starting at `ctx` (1 healthy,
+  // 0 hung, 0.7 = steps take 1/0.7 as long).
+  virtual double StepSpeed(const ScenarioContext& ctx) const {
+    (void)ctx;
+    return 1.0;
+  }
+  // Edits the healthy readings of the tick in place. Must not resize the
+  // gpus/nics/disks vectors: a missing GPU is `present = false`.
+  virtual void Apply(const ScenarioContext& ctx, NodeTick* tick) const = 0;
+};
+
+// A sample of a simulated frame: `series` indexes Simulator::series().
+struct SimSample {
+  uint32_t series = 0;
+  double value = 0;
+};
+
+// What the node reports at one tick.
+struct SimFrame {
+  double ts = 0;
+  int64_t step = 0;
+  std::vector<SimSample> samples;
+};
+
+// Generates a node's frames. Not thread-safe: use from one thread.
+class Simulator {
+ public:
+  // kInvalidArgument if `options` are out of range (gpus, nics, step
+  // length, disk names). `scenario` may be null (healthy) and must outlive
+  // the simulator.
+  static absl::StatusOr<Simulator> Create(SimulatorOptions options,
+                                          const Scenario* scenario = nullptr);
+
+  // Every series the node can report, with normalized keys; SimSample::series
+  // indexes this list. Fixed for the simulator's lifetime.
+  const std::vector<SeriesKey>& series() const { return series_; }
+  // The options the simulator was created with.
+  const SimulatorOptions& options() const { return options_; }
+
+  // Advances the node to Unix time `ts` and returns its frame, or nullopt
+  // when the scenario has taken the node down. The first call only sets the
+  // start; a `ts` not after the previous one advances nothing.
+  std::optional<SimFrame> Tick(double ts);
+
+ private:
+  // Fixed per-GPU character: how this card differs from its peers.
+  struct GpuConst {
+    double power_offset_watts = 0;
+    double temperature_offset_celsius = 0;
+    double memory_temperature_offset_celsius = 0;
+    double memory_headroom_bytes = 0;
+  };
+
+  Simulator(SimulatorOptions options, const Scenario* scenario);
+  void BuildCatalogue();
+  // Moves training forward by `dt` seconds at `speed`; fills the seconds
+  // spent training, in the backward pass, and checkpointing.
+  void Advance(double dt, double speed, double* train_s, double* backward_s,
+               double* checkpoint_s);
+  NodeTick Healthy(double ts, double dt, double train_s, double backward_s,
+                   double checkpoint_s);
+  // Seconds step `step` takes on this node at full speed.
+  double StepSeconds(int64_t step) const;
+  // Training readings of completed step `step`.
+  TrainTick TrainAt(int64_t step) const;
+  // A standard normal draw fixed by (node, step, which).
+  double StepGauss(int64_t step, uint64_t which) const;
+  SimFrame Emit(const NodeTick& tick);
+  double Gauss();    // standard normal from rng_
+  double Uniform();  // [0, 1) from rng_
+
+  SimulatorOptions options_;
+  const Scenario* scenario_;
+  std::vector<SeriesKey> series_;
+  uint64_t node_seed_;
+  std::mt19937_64 rng_;
+  double node_speed_;  // per-node step-time factor
+  std::vector<GpuConst> gpu_const_;
+  std::vector<double> gpu_temp_;  // lagged temperatures
+  std::vector<double> counters_;  // one per series; gauges unused
+  std::vector<double> carry_;     // sub-unit remainders of counters
+  bool started_ = false;
+  double start_ts_ = 0;
+  double last_ts_ = 0;
+  double progress_ = 0;         // steps, fractional
+  double checkpoint_left_ = 0;  // seconds of checkpoint still to run
+  int64_t last_checkpoint_step_ = -1;
+};
+
+}  // namespace vigil::agent
+
+#endif  // VIGIL_AGENT_SIMULATOR_H_

@@ -1,0 +1,167 @@
+// The agent's side of Ingest.Stream: keeps one stream open to the server
+// from a background thread, sends the batches it is given, and keeps each
+// one until the server acknowledges it, resending after reconnects.
+#ifndef VIGIL_AGENT_STREAM_CLIENT_H_
+#define VIGIL_AGENT_STREAM_CLIENT_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "agent/batch_queue.h"
+#include "common/clock.h"
+#include "common/series_key.h"
+#include "vigil/v1/ingest.pb.h"
+
+namespace grpc {
+class ClientContext;
+}  // namespace grpc
+
+namespace vigil::agent {
+
+// Version string sent in Hello.
+inline constexpr char kAgentVersion[] = "0.1.0";
+
+// Configuration of a StreamClient.
+struct StreamClientOptions {
+  // Server address, host:port. Required.
+  std::string server;
+  // Node this agent reports for (Hello.node). Required.
+  std::string node;
+  // Tick interval announced in Hello.
+  double interval_seconds = 1.0;
+  // Reconnect backoff: starts here, doubles per failed attempt (+-20 %
+  // jitter) up to the maximum, and returns to the start after a stream that
+  // got at least one ack.
+  double initial_backoff_seconds = 0.2;
+  double max_backoff_seconds = 30.0;
+  // A stream with unacknowledged batches in flight and no ack for this long
+  // is abandoned and reopened.
+  double ack_timeout_seconds = 60.0;
+  // Bound of the default in-memory queue of unacknowledged batches; the
+  // oldest are dropped (and counted) beyond it.
+  size_t max_pending_bytes = 64u << 20;
+  // Enqueue splits frames into batches of at most about this many bytes
+  // (big frames into several frames); with the dictionary below, every
+  // message stays under the server's 4 MiB limit.
+  size_t max_batch_bytes = 1u << 20;
+  // Upper bound of the serialized series dictionary.
+  size_t max_dictionary_bytes = 2u << 20;
+  // Time source for backoff and timeouts. Not owned; must outlive the client.
+  Clock* clock = RealClock();
+  // Seed of the jitter and of the agent instance id; 0 = random.
+  uint64_t seed = 0;
+};
+
+// Counters of a StreamClient, for status lines and /metrics.
+struct StreamClientStats {
+  uint64_t batches_enqueued = 0;
+  uint64_t batches_sent = 0;    // writes, resends included
+  uint64_t batches_resent = 0;  // writes of a batch sent before
+  uint64_t batches_acked = 0;
+  uint64_t batches_dropped = 0;   // oldest dropped because the queue was full
+  uint64_t batches_rejected = 0;  // dropped after INVALID_ARGUMENT etc.
+  uint64_t streams_opened = 0;    // attempts to open a stream
+  uint64_t reconnects = 0;        // attempts after the first
+  uint64_t already_exists = 0;    // refusals: another agent holds the node
+  uint64_t samples_dropped_by_server = 0;  // Ack.dropped_samples, summed
+  uint64_t last_seq = 0;                   // seq of the newest enqueued batch
+  uint64_t acked_seq = 0;  // highest seq the server acknowledged
+  size_t pending_batches = 0;
+  size_t pending_bytes = 0;
+  double last_ack_time = 0;    // Unix seconds; 0 = never
+  double backoff_seconds = 0;  // the last reconnect wait
+  bool streaming = false;      // current stream has been acked
+};
+
+// Sends frame batches to one server. Thread-safe: RegisterSeries, Enqueue,
+// WaitForAcked and stats may be called from any thread while the
+// background thread streams.
+class StreamClient {
+ public:
+  // A stopped client; kInvalidArgument if server or node is empty or a bound
+  // is zero. `queue` defaults to a MemoryBatchQueue of max_pending_bytes.
+  static absl::StatusOr<std::unique_ptr<StreamClient>> Create(
+      StreamClientOptions options, std::unique_ptr<BatchQueue> queue = nullptr);
+  // Stops the client; batches not yet acknowledged are lost.
+  ~StreamClient();
+
+  StreamClient(const StreamClient&) = delete;
+  StreamClient& operator=(const StreamClient&) = delete;
+
+  // The dictionary id of `key` (normalized first), adding it when new.
+  // kInvalidArgument for a malformed key, kResourceExhausted when the
+  // dictionary would exceed max_dictionary_bytes.
+  absl::StatusOr<uint32_t> RegisterSeries(SeriesKey key);
+
+  // Queues `frames` (their series_ids from RegisterSeries) as one or more
+  // batches with new seqs, and returns the last seq. kInvalidArgument, with
+  // nothing queued, if a frame's columns differ in length or name an
+  // unregistered id, or if there are no frames.
+  absl::StatusOr<uint64_t> Enqueue(std::vector<v1::Frame> frames);
+
+  // Starts the background stream thread. Call once.
+  void Start();
+
+  // Waits until no batch with seq <= `seq` is pending (acked, or dropped)
+  // or the clock reaches `deadline`; true in the first case.
+  bool WaitForAcked(uint64_t seq, double deadline);
+
+  // Closes the stream and joins the thread. Pending batches stay queued.
+  // Idempotent.
+  void Stop();
+
+  // A snapshot of the counters.
+  StreamClientStats stats() const;
+  // The random id of this agent instance sent in Hello.
+  const std::string& agent_instance() const { return instance_; }
+
+ private:
+  struct Stream;  // one open Ingest.Stream
+
+  StreamClient(StreamClientOptions options, std::unique_ptr<BatchQueue> queue);
+  void Run();
+  // Opens a stream and serves it until it ends; returns its final status
+  // and whether the server acknowledged anything on it.
+  void RunStream(int* code, std::string* message, bool* acked);
+  void WriteLoop(Stream* stream);
+  void ReadLoop(Stream* stream);
+  // Handles the end of a stream; returns how long to wait before the next.
+  double AfterStream(int code, const std::string& message, bool acked)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const StreamClientOptions options_;
+  std::string instance_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<BatchQueue> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::SeriesDef> dictionary_ ABSL_GUARDED_BY(mu_);
+  std::map<SeriesKey, uint32_t> series_ids_ ABSL_GUARDED_BY(mu_);
+  size_t dictionary_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t max_sent_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  StreamClientStats stats_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  double backoff_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // State of the current stream.
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t sent_through_ ABSL_GUARDED_BY(mu_) = 0;  // highest seq written
+  double last_progress_ ABSL_GUARDED_BY(mu_) = 0;   // last write/ack time
+  std::thread thread_;
+};
+
+}  // namespace vigil::agent
+
+#endif  // VIGIL_AGENT_STREAM_CLIENT_H_
