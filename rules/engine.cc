@@ -1,0 +1,497 @@
+#include "rules/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "rules/hint.h"
+
+namespace vigil {
+namespace {
+
+using C = HintCategory;
+
+// The job's raises kept for hints, at most (besides hint_window_s).
+constexpr size_t kMaxHistory = 512;
+
+// Categories that explain a job-wide slowdown and take over its symptom.
+bool IsCause(C c) {
+  return c == C::kGpuHardware || c == C::kCommunication ||
+         c == C::kDataPipeline || c == C::kNode;
+}
+
+// Categories whose anomalies are pinned to hardware on one node.
+bool IsLocal(C c) {
+  return c == C::kGpuHardware || c == C::kCommunication || c == C::kNode;
+}
+
+// Identity of a condition: its raise and clear share it.
+std::string ConditionKey(const Anomaly& a) {
+  return absl::StrCat(a.job, "|", std::string(AnomalyKindName(a.kind)), "|",
+                      a.node, "|", a.gpu ? *a.gpu : -1, "|", a.dev, "|",
+                      a.series_id ? static_cast<int64_t>(*a.series_id) : -1);
+}
+
+// One condition attached to an incident.
+struct Condition {
+  bool active = true;
+  bool inhibited = false;
+  int evidence = -1;  // Index into Incident::evidence; -1 when dropped.
+  const Rule* rule = nullptr;
+  std::string node;
+  std::optional<int> gpu;
+};
+
+// An incident and what the engine needs to keep it up to date.
+struct Tracked {
+  Incident inc;
+  // Category of the primary rule: drives grouping and the hint.
+  HintCategory category = C::kGeneral;
+  Anomaly primary;
+  const Rule* primary_rule = nullptr;
+  std::string primary_key;
+  // Ordered so that derived fields do not depend on hash order.
+  std::map<std::string, Condition> conditions;
+  int active = 0;
+  double last_change_ts = 0;
+  std::set<std::string> silent_nodes;  // Nodes with an active node_silent.
+  int hangs_active = 0;
+};
+
+std::string Where(const Tracked& t) {
+  if (t.inc.node.empty()) return absl::StrCat("job ", t.inc.job);
+  if (t.inc.gpu) return absl::StrCat(t.inc.node, " gpu", *t.inc.gpu);
+  if (!t.primary.dev.empty() && t.primary.node == t.inc.node) {
+    return absl::StrCat(t.inc.node, " ", t.primary.dev);
+  }
+  return t.inc.node;
+}
+
+}  // namespace
+
+struct IncidentEngine::Impl {
+  explicit Impl(RuleSet r) : rules(std::move(r)) {}
+
+  void Raise(const Anomaly& a, std::vector<IncidentUpdate>* out);
+  void Clear(const Anomaly& a);
+  void Resolve(std::vector<IncidentUpdate>* out);
+  void Remember(const Anomaly& a, const Rule* rule);
+  Tracked* Inhibitor(const Anomaly& a);
+  Tracked* GroupTarget(const Anomaly& a, const Rule& rule);
+  // Attaches the condition `key`; true when the evidence list grew.
+  bool AddCondition(Tracked& t, const std::string& key, const Anomaly& a,
+                    const Rule* rule, bool inhibited);
+  void Attach(Tracked& t, const std::string& key, const Anomaly& a,
+              const Rule* rule, bool inhibited,
+              std::vector<IncidentUpdate>* out);
+  void Reraise(Tracked& t, const std::string& key, const Anomaly& a,
+               const Rule* rule, std::vector<IncidentUpdate>* out);
+  void OpenOrReopen(const std::string& key, const Anomaly& a, const Rule* rule,
+                    std::vector<IncidentUpdate>* out);
+  // Recomputes localisation, responses, summary and hint.
+  void Refresh(Tracked& t);
+  bool RaiseSeverity(Tracked& t, const Rule* rule, double ts);
+  static void Emit(UpdateType type, double ts, const Tracked& t,
+                   std::vector<IncidentUpdate>* out) {
+    out->push_back({type, ts, t.inc});
+  }
+
+  const RuleSet rules;
+  // Firing incidents and those resolved within reopen_window_s, oldest
+  // first.
+  std::vector<std::unique_ptr<Tracked>> incidents;
+  // Condition key -> the incident that last attached it.
+  absl::flat_hash_map<std::string, Tracked*> by_condition;
+  // Per job: recent raises, for hints.
+  std::map<std::string, std::deque<Observation>> history;
+  int64_t next_id = 1;
+  double now = -std::numeric_limits<double>::infinity();
+};
+
+void IncidentEngine::Impl::Remember(const Anomaly& a, const Rule* rule) {
+  std::deque<Observation>& h = history[a.job];
+  h.push_back({a, rule ? rule->category : C::kGeneral});
+  while (!h.empty() &&
+         (h.size() > kMaxHistory ||
+          h.front().anomaly.ts < a.ts - rules.settings.hint_window_s)) {
+    h.pop_front();
+  }
+}
+
+Tracked* IncidentEngine::Impl::Inhibitor(const Anomaly& a) {
+  for (const auto& t : incidents) {
+    if (t->inc.state != IncidentState::kFiring || t->inc.job != a.job) continue;
+    if (a.kind != AnomalyKind::kNodeSilent && !a.node.empty() &&
+        t->silent_nodes.count(a.node) > 0) {
+      return t.get();
+    }
+  }
+  if (!IsHangConsequence(a.kind)) return nullptr;
+  for (const auto& t : incidents) {
+    if (t->inc.state == IncidentState::kFiring && t->inc.job == a.job &&
+        t->hangs_active > 0) {
+      return t.get();
+    }
+  }
+  return nullptr;
+}
+
+Tracked* IncidentEngine::Impl::GroupTarget(const Anomaly& a, const Rule& rule) {
+  const double window = rules.settings.group_window_s;
+  const C rc = rule.category;
+  Tracked* best = nullptr;
+  std::tuple<int, Severity> best_rank;
+  for (const auto& tp : incidents) {
+    Tracked& t = *tp;
+    if (t.inc.state != IncidentState::kFiring || t.inc.job != a.job) continue;
+    const C tc = t.category;
+    const bool live = t.active > 0 || a.ts - t.last_change_ts <= window;
+    // 0: same fault; 1: a cause for this symptom; 2: symptom-only incident.
+    int rank = -1;
+    if (rc == C::kPerformance) {
+      if (IsCause(tc) && t.inc.severity <= Severity::kP2 && live) {
+        rank = 1;
+      } else if (tc == C::kPerformance) {
+        rank = 2;
+      }
+    } else if (rc == C::kModel || rc == C::kMemory || rc == C::kDataPipeline) {
+      if (tc == rc) rank = 0;
+    } else if (IsLocal(rc)) {
+      // A GPU fault stays with its GPU; links and nodes group per node.
+      const bool same_gpu = a.gpu && t.inc.gpu == a.gpu;
+      const bool same_family =
+          tc == rc && (rc != C::kGpuHardware || !a.gpu.has_value());
+      if (!a.node.empty() && t.inc.node == a.node &&
+          (same_gpu || same_family)) {
+        rank = 0;
+      }
+    } else if (!a.node.empty() && t.inc.node == a.node &&
+               (!a.gpu || t.inc.gpu == a.gpu)) {
+      rank = 0;  // General: context of whatever is open on that hardware.
+    }
+    if (rank < 0 && IsCause(rc) && tc == C::kPerformance &&
+        rule.severity <= Severity::kP2 && a.ts - t.inc.ts <= window) {
+      rank = 2;  // Take over the symptom it explains.
+    }
+    if (rank < 0) continue;
+    const auto r = std::make_tuple(rank, t.inc.severity);
+    if (best == nullptr || r < best_rank) {
+      best = &t;
+      best_rank = r;
+    }
+  }
+  return best;
+}
+
+bool IncidentEngine::Impl::AddCondition(Tracked& t, const std::string& key,
+                                        const Anomaly& a, const Rule* rule,
+                                        bool inhibited) {
+  auto [it, inserted] = t.conditions.try_emplace(key);
+  Condition& c = it->second;
+  const bool was_active = !inserted && c.active;
+  c.active = true;
+  c.inhibited = inhibited;
+  c.rule = rule;
+  c.node = a.node;
+  c.gpu = a.gpu;
+  by_condition[key] = &t;
+  t.last_change_ts = std::max(t.last_change_ts, a.ts);
+  bool grew = false;
+  if (!was_active) {
+    ++t.active;
+    if (a.kind == AnomalyKind::kNodeSilent) t.silent_nodes.insert(a.node);
+    if (a.kind == AnomalyKind::kJobHang) ++t.hangs_active;
+  }
+  if (c.evidence >= 0) {
+    Evidence& e = t.inc.evidence[c.evidence];
+    e.anomaly = a;
+    e.rule = rule->name;
+    e.active = true;
+    e.inhibited = inhibited;
+  } else if (inserted) {
+    if (static_cast<int>(t.inc.evidence.size()) < rules.settings.max_evidence) {
+      c.evidence = static_cast<int>(t.inc.evidence.size());
+      t.inc.evidence.push_back({a, rule->name, true, inhibited});
+      grew = true;
+    } else {
+      ++t.inc.evidence_dropped;
+    }
+  }
+  return grew;
+}
+
+bool IncidentEngine::Impl::RaiseSeverity(Tracked& t, const Rule* rule,
+                                         double ts) {
+  if (!(rule->severity < t.inc.severity)) return false;
+  t.inc.severity = rule->severity;
+  t.inc.severity_history.push_back({rule->severity, ts, rule->name});
+  return true;
+}
+
+void IncidentEngine::Impl::Attach(Tracked& t, const std::string& key,
+                                  const Anomaly& a, const Rule* rule,
+                                  bool inhibited,
+                                  std::vector<IncidentUpdate>* out) {
+  const bool grew = AddCondition(t, key, a, rule, inhibited);
+  if (!inhibited && t.category == C::kPerformance && IsCause(rule->category)) {
+    t.category = rule->category;
+    t.primary = a;
+    t.primary_rule = rule;
+    t.primary_key = key;
+    t.inc.kind = rule->name;
+  }
+  const bool raised = !inhibited && RaiseSeverity(t, rule, a.ts);
+  t.inc.last_update_ts = a.ts;
+  Refresh(t);
+  if (raised) {
+    Emit(UpdateType::kSeverityRaised, a.ts, t, out);
+  } else if (grew) {
+    Emit(UpdateType::kEvidenceAdded, a.ts, t, out);
+  }
+}
+
+void IncidentEngine::Impl::Reraise(Tracked& t, const std::string& key,
+                                   const Anomaly& a, const Rule* rule,
+                                   std::vector<IncidentUpdate>* out) {
+  Condition& c = t.conditions[key];
+  const bool inhibited = c.inhibited;
+  const Rule* old_rule = c.rule;
+  // Keep the baseline at detection; take the escalated tier and score.
+  Anomaly kept = c.evidence >= 0 ? t.inc.evidence[c.evidence].anomaly : a;
+  if (a.tier > kept.tier) {
+    kept.tier = a.tier;
+    kept.score = a.score;
+    kept.value = a.value;
+  }
+  AddCondition(t, key, kept, rule, inhibited);
+  if (key == t.primary_key && rule != old_rule &&
+      rule->severity < t.primary_rule->severity) {
+    t.primary = kept;
+    t.primary_rule = rule;
+    t.inc.kind = rule->name;
+  }
+  const bool raised = !inhibited && RaiseSeverity(t, rule, a.ts);
+  if (raised || rule != old_rule) {
+    t.inc.last_update_ts = a.ts;
+    Refresh(t);
+  }
+  if (raised) Emit(UpdateType::kSeverityRaised, a.ts, t, out);
+}
+
+void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
+                                        const Anomaly& a, const Rule* rule,
+                                        std::vector<IncidentUpdate>* out) {
+  const bool pinned =
+      rule->category != C::kPerformance && rule->category != C::kModel;
+  const std::string node = pinned ? a.node : "";
+  const int gpu = pinned && !node.empty() && a.gpu ? *a.gpu : -1;
+  Tracked* reopen = nullptr;
+  for (const auto& t : incidents) {
+    if (t->inc.state == IncidentState::kResolved && t->inc.job == a.job &&
+        t->inc.kind == rule->name && t->inc.node == node &&
+        t->inc.gpu.value_or(-1) == gpu) {
+      reopen = t.get();  // The most recent one wins.
+    }
+  }
+  Tracked* t = reopen;
+  if (t == nullptr) {
+    incidents.push_back(std::make_unique<Tracked>());
+    t = incidents.back().get();
+    t->inc.id = absl::StrFormat("inc-%06d", next_id++);
+    t->inc.job = a.job;
+    t->inc.ts = a.ts;
+    t->inc.step = a.step;
+  } else {
+    t->inc.state = IncidentState::kFiring;
+    t->inc.resolved_ts.reset();
+    ++t->inc.reopen_count;
+  }
+  t->category = rule->category;
+  t->primary = a;
+  t->primary_rule = rule;
+  t->primary_key = key;
+  t->inc.kind = rule->name;
+  t->inc.severity = rule->severity;
+  t->inc.severity_history.push_back({rule->severity, a.ts, rule->name});
+  t->inc.last_update_ts = a.ts;
+  AddCondition(*t, key, a, rule, /*inhibited=*/false);
+  Refresh(*t);
+  Emit(reopen ? UpdateType::kReopened : UpdateType::kOpened, a.ts, *t, out);
+}
+
+void IncidentEngine::Impl::Refresh(Tracked& t) {
+  // Localisation: the hardware evidence if any, else general evidence;
+  // job-wide incidents (performance, model) stay unlocalised.
+  std::vector<const Condition*> local, general;
+  for (const auto& [key, c] : t.conditions) {
+    if (c.inhibited) continue;
+    const C cat = c.rule->category;
+    if (cat == C::kGeneral) {
+      general.push_back(&c);
+    } else if (cat != C::kPerformance && cat != C::kModel) {
+      local.push_back(&c);
+    }
+  }
+  const std::vector<const Condition*>& cand = local.empty() ? general : local;
+  t.inc.node.clear();
+  t.inc.gpu.reset();
+  if (!cand.empty() && t.category != C::kPerformance &&
+      t.category != C::kModel) {
+    bool same_node = !cand[0]->node.empty(),
+         same_gpu = cand[0]->gpu.has_value();
+    for (const Condition* c : cand) {
+      same_node = same_node && c->node == cand[0]->node;
+      same_gpu = same_gpu && c->gpu == cand[0]->gpu;
+    }
+    if (same_node) {
+      t.inc.node = cand[0]->node;
+      if (same_gpu) t.inc.gpu = cand[0]->gpu;
+    }
+  }
+  // Responses: every matched rule's, in enum order.
+  std::set<Response> responses;
+  for (const auto& [key, c] : t.conditions) {
+    if (c.inhibited) continue;
+    responses.insert(c.rule->responses.begin(), c.rule->responses.end());
+  }
+  if (t.inc.node.empty()) responses.erase(Response::kCordonNode);
+  t.inc.responses.assign(responses.begin(), responses.end());
+  // Summary: the primary rule's, plus the job-wide symptoms it caused.
+  t.inc.summary = RenderSummary(t.primary_rule->summary, t.primary, Where(t));
+  bool hung = false;
+  double drop = 0;
+  for (const auto& [key, c] : t.conditions) {
+    if (key == t.primary_key || c.evidence < 0) continue;
+    const Anomaly& e = t.inc.evidence[c.evidence].anomaly;
+    if (e.kind == AnomalyKind::kJobHang) hung = true;
+    if (e.kind == AnomalyKind::kThroughputDrop) drop = std::max(drop, e.score);
+  }
+  if (hung) t.inc.summary += "; job hung";
+  if (drop > 0) {
+    t.inc.summary += absl::StrFormat("; throughput down %.0f %%", 100 * drop);
+  }
+  // Hint: the incident's own evidence and the job's recent raises.
+  std::vector<Observation> obs;
+  const auto h = history.find(t.inc.job);
+  if (h != history.end()) obs.assign(h->second.begin(), h->second.end());
+  for (const auto& [key, c] : t.conditions) {
+    if (c.inhibited || c.evidence < 0) continue;
+    obs.push_back({t.inc.evidence[c.evidence].anomaly, c.rule->category});
+  }
+  Hint hint = BuildHint(t.category, obs);
+  t.inc.hint_category = hint.category;
+  t.inc.hint = std::move(hint.text);
+}
+
+void IncidentEngine::Impl::Raise(const Anomaly& a,
+                                 std::vector<IncidentUpdate>* out) {
+  const Rule* rule = rules.Find(a);
+  Remember(a, rule);
+  if (rule == nullptr) return;
+  const std::string key = ConditionKey(a);
+  if (auto it = by_condition.find(key);
+      it != by_condition.end() &&
+      it->second->inc.state == IncidentState::kFiring) {
+    Reraise(*it->second, key, a, rule, out);
+    return;
+  }
+  if (Tracked* t = Inhibitor(a)) {
+    Attach(*t, key, a, rule, /*inhibited=*/true, out);
+  } else if (Tracked* g = GroupTarget(a, *rule)) {
+    Attach(*g, key, a, rule, /*inhibited=*/false, out);
+  } else {
+    OpenOrReopen(key, a, rule, out);
+  }
+}
+
+void IncidentEngine::Impl::Clear(const Anomaly& a) {
+  const std::string key = ConditionKey(a);
+  const auto it = by_condition.find(key);
+  if (it == by_condition.end()) return;
+  Tracked& t = *it->second;
+  Condition& c = t.conditions[key];
+  if (!c.active) return;
+  c.active = false;
+  --t.active;
+  if (c.evidence >= 0) t.inc.evidence[c.evidence].active = false;
+  t.last_change_ts = std::max(t.last_change_ts, a.ts);
+  if (a.kind == AnomalyKind::kNodeSilent) t.silent_nodes.erase(a.node);
+  if (a.kind == AnomalyKind::kJobHang) --t.hangs_active;
+}
+
+void IncidentEngine::Impl::Resolve(std::vector<IncidentUpdate>* out) {
+  const RuleSettings& s = rules.settings;
+  for (const auto& tp : incidents) {
+    Tracked& t = *tp;
+    if (t.inc.state != IncidentState::kFiring || t.active > 0 ||
+        now - t.last_change_ts < s.resolve_after_s) {
+      continue;
+    }
+    const double ts = t.last_change_ts + s.resolve_after_s;
+    t.inc.state = IncidentState::kResolved;
+    t.inc.resolved_ts = ts;
+    t.inc.last_update_ts = ts;
+    Emit(UpdateType::kResolved, ts, t, out);
+  }
+  auto expired = [&](const std::unique_ptr<Tracked>& t) {
+    return t->inc.state == IncidentState::kResolved &&
+           now - *t->inc.resolved_ts > s.reopen_window_s;
+  };
+  for (const auto& t : incidents) {
+    if (!expired(t)) continue;
+    for (const auto& [key, c] : t->conditions) {
+      auto it = by_condition.find(key);
+      if (it != by_condition.end() && it->second == t.get()) {
+        by_condition.erase(it);
+      }
+    }
+  }
+  incidents.erase(std::remove_if(incidents.begin(), incidents.end(), expired),
+                  incidents.end());
+}
+
+IncidentEngine::IncidentEngine(RuleSet rules)
+    : impl_(std::make_unique<Impl>(std::move(rules))) {}
+
+IncidentEngine::~IncidentEngine() = default;
+
+std::vector<IncidentUpdate> IncidentEngine::Process(
+    const std::vector<Anomaly>& anomalies) {
+  std::vector<IncidentUpdate> out;
+  for (const Anomaly& a : anomalies) {
+    impl_->now = std::max(impl_->now, a.ts);
+    impl_->Resolve(&out);
+    if (a.cleared) {
+      impl_->Clear(a);
+    } else {
+      impl_->Raise(a, &out);
+    }
+  }
+  return out;
+}
+
+std::vector<IncidentUpdate> IncidentEngine::Advance(double ts) {
+  std::vector<IncidentUpdate> out;
+  impl_->now = std::max(impl_->now, ts);
+  impl_->Resolve(&out);
+  return out;
+}
+
+std::vector<Incident> IncidentEngine::Incidents() const {
+  std::vector<Incident> out;
+  out.reserve(impl_->incidents.size());
+  for (const auto& t : impl_->incidents) out.push_back(t->inc);
+  return out;
+}
+
+const RuleSet& IncidentEngine::rules() const { return impl_->rules; }
+
+}  // namespace vigil

@@ -1,0 +1,75 @@
+// The incident engine: anomalies in, incident updates out. One incident per
+// fault: anomalies of one job that share a root cause are grouped, the
+// most specific evidence localises the incident, node-down and hang
+// incidents absorb the noise they cause, incidents resolve once their
+// conditions have cleared for a while and reopen (same id) when the fault
+// comes back. Time is only the anomalies' ts and Advance(ts): a replayed
+// trace yields the same incidents, ids included, every run.
+//
+// Grouping, by the category of the rule an anomaly matches:
+//  - gpu_hardware: the incident of the same node and GPU (thermal + power
+//    low + clock low + NVLink traffic low on n3 gpu5 are one incident).
+//  - communication / node: the same node, and the same category or GPU
+//    (drops on two NICs of n7 are one incident).
+//  - data_pipeline / model / memory: one incident per job and category.
+//  - performance (throughput drop, hang, MFU, step time): a job-wide
+//    symptom; joins the most severe P0-P2 cause incident of the job active
+//    within group_window_s, else the job's symptom incident. A cause that
+//    arrives within group_window_s of a symptom-only incident takes it over
+//    (kind and localisation become the cause's).
+//  - general: joins an incident on the same node (and GPU), else its own.
+// Inhibition: while a node_silent condition is active, every anomaly of
+// that node joins its incident; while a job_hang is active, power, clock,
+// traffic, baseline, throughput, MFU and stall anomalies of the job join
+// the hang's incident. Inhibited evidence changes neither severity nor
+// responses nor hint.
+// Severity only rises while an incident fires (a severity_raised update);
+// a reopened incident restarts at its new evidence's severity.
+#ifndef VIGIL_RULES_ENGINE_H_
+#define VIGIL_RULES_ENGINE_H_
+
+#include <memory>
+#include <vector>
+
+#include "detector/anomaly.h"
+#include "rules/incident.h"
+#include "rules/rule.h"
+
+namespace vigil {
+
+// Not thread-safe: one thread (or one lock) drives an instance. Keeps
+// firing incidents and resolved ones for reopen_window_s; memory is
+// bounded by the number of open faults.
+class IncidentEngine {
+ public:
+  explicit IncidentEngine(RuleSet rules = DefaultRuleSet());
+  ~IncidentEngine();
+  IncidentEngine(const IncidentEngine&) = delete;
+  IncidentEngine& operator=(const IncidentEngine&) = delete;
+
+  // Consumes anomalies (raises and clears, in ts order as the detector
+  // emits them) and returns the updates they caused, in order. At most one
+  // update per anomaly (severity_raised wins over evidence_added), plus
+  // resolutions that became due by the anomaly's ts. Anomalies that match
+  // no enabled rule are only remembered for hints. Never fails.
+  std::vector<IncidentUpdate> Process(const std::vector<Anomaly>& anomalies);
+
+  // Moves time to `ts` (ignored if earlier than the latest seen) and
+  // returns the resolutions that became due; forgets incidents resolved
+  // more than reopen_window_s ago. Cheap when nothing is due.
+  std::vector<IncidentUpdate> Advance(double ts);
+
+  // Firing and recently resolved incidents, oldest first.
+  std::vector<Incident> Incidents() const;
+
+  // The rules in use.
+  const RuleSet& rules() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_RULES_ENGINE_H_
