@@ -1,0 +1,218 @@
+#include "server/config.h"
+
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+
+namespace vigil {
+namespace {
+
+using Json = nlohmann::json;
+
+// Records the first syntax error of a document, with its position.
+class SyntaxErrorFinder : public nlohmann::json_sax<Json> {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
+    message = ex.what();
+    return false;
+  }
+  std::string message;
+};
+
+// Reads typed values out of JSON objects, collecting every error with its
+// key path instead of stopping at the first.
+class Reader {
+ public:
+  // Errors for every key of `obj` (at `path`) not in `known`. False if
+  // `obj` is not an object at all.
+  bool CheckObject(const Json& obj, const std::string& path,
+                   const std::set<std::string>& known) {
+    if (!obj.is_object()) {
+      Error(path.empty() ? "(top level)" : path, "must be a JSON object");
+      return false;
+    }
+    for (const auto& [key, value] : obj.items()) {
+      if (!known.count(key)) Error(Join(path, key), "unknown key");
+    }
+    return true;
+  }
+
+  void String(const Json& obj, const std::string& path, const char* key,
+              std::string* out) {
+    const Json* v = Find(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_string()) return Error(Join(path, key), "must be a string");
+    *out = v->get<std::string>();
+  }
+
+  void Bool(const Json& obj, const std::string& path, const char* key,
+            bool* out) {
+    const Json* v = Find(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) return Error(Join(path, key), "must be true or false");
+    *out = v->get<bool>();
+  }
+
+  // A finite number with min < value (exclusive) <= max, times `scale`.
+  void Positive(const Json& obj, const std::string& path, const char* key,
+                double scale, double max, double* out) {
+    const Json* v = Find(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > max)
+      return Error(Join(path, key),
+                   absl::StrCat("must be a number > 0 and <= ", max));
+    *out = v->get<double>() * scale;
+  }
+
+  // An integer in [min, max], times `scale`.
+  template <typename T>
+  void Integer(const Json& obj, const std::string& path, const char* key,
+               int64_t min, int64_t max, int64_t scale, T* out) {
+    const Json* v = Find(obj, key);
+    if (v == nullptr) return;
+    if (!v->is_number_integer() || v->get<int64_t>() < min ||
+        v->get<int64_t>() > max)
+      return Error(Join(path, key),
+                   absl::StrCat("must be an integer in [", min, ", ", max, "]"));
+    *out = static_cast<T>(v->get<int64_t>() * scale);
+  }
+
+  void Error(const std::string& path, const std::string& what) {
+    errors_.push_back(absl::StrCat(path, ": ", what));
+  }
+  const std::vector<std::string>& errors() const { return errors_; }
+
+ private:
+  static std::string Join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : absl::StrCat(path, ".", key);
+  }
+  static const Json* Find(const Json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+  }
+  std::vector<std::string> errors_;
+};
+
+// HOST:PORT with a non-empty host and a port in [0, 65535].
+bool ValidListenAddress(const std::string& address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  int port;
+  return absl::SimpleAtoi(address.substr(colon + 1), &port) && port >= 0 &&
+         port <= 65535;
+}
+
+}  // namespace
+
+absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
+  Json root = Json::parse(text, nullptr, false);
+  if (root.is_discarded()) {
+    SyntaxErrorFinder finder;
+    Json::sax_parse(text, &finder);
+    return absl::InvalidArgumentError(
+        absl::StrCat("(top level): not valid JSON: ", finder.message));
+  }
+  ServerOptions o = *options;
+  Reader r;
+  if (r.CheckObject(root, "", {"data_dir", "memory", "grpc_listen",
+                               "http_listen", "web_dir", "storage", "ingest",
+                               "http"})) {
+    r.String(root, "", "data_dir", &o.data_dir);
+    r.Bool(root, "", "memory", &o.memory);
+    r.String(root, "", "grpc_listen", &o.grpc_listen);
+    r.String(root, "", "http_listen", &o.http_listen);
+    r.String(root, "", "web_dir", &o.web_dir);
+    constexpr double kDay = 86400;
+    constexpr double kTenYears = 3660;
+    if (auto it = root.find("storage"); it != root.end() &&
+        r.CheckObject(*it, "storage",
+                      {"raw_retention_days", "rollup_retention_days",
+                       "sync_frame_log", "block_samples", "block_seconds",
+                       "max_series", "frame_log_checkpoint_mb"})) {
+      r.Positive(*it, "storage", "raw_retention_days", kDay, kTenYears,
+                 &o.raw_retention_seconds);
+      r.Positive(*it, "storage", "rollup_retention_days", kDay, kTenYears,
+                 &o.rollup_retention_seconds);
+      r.Bool(*it, "storage", "sync_frame_log", &o.sync_frame_log);
+      r.Integer(*it, "storage", "block_samples", 1, 1'000'000, 1,
+                &o.block_samples);
+      r.Positive(*it, "storage", "block_seconds", 1, kDay, &o.block_seconds);
+      r.Integer(*it, "storage", "max_series", 1,
+                std::numeric_limits<uint32_t>::max() - 1, 1, &o.max_series);
+      r.Integer(*it, "storage", "frame_log_checkpoint_mb", 1, 1 << 20,
+                1 << 20, &o.frame_log_checkpoint_bytes);
+    }
+    if (auto it = root.find("ingest"); it != root.end() &&
+        r.CheckObject(*it, "ingest",
+                      {"max_future_skew_seconds", "max_message_mb"})) {
+      r.Positive(*it, "ingest", "max_future_skew_seconds", 1, kDay,
+                 &o.max_future_skew_seconds);
+      r.Integer(*it, "ingest", "max_message_mb", 1, 1024, 1 << 20,
+                &o.max_message_bytes);
+    }
+    if (auto it = root.find("http"); it != root.end() &&
+        r.CheckObject(*it, "http", {"max_points", "threads"})) {
+      r.Integer(*it, "http", "max_points", 1, 1'000'000'000, 1,
+                &o.max_query_points);
+      r.Integer(*it, "http", "threads", 1, 256, 1, &o.http_threads);
+    }
+  }
+  if (!r.errors().empty())
+    return absl::InvalidArgumentError(absl::StrJoin(r.errors(), "\n"));
+  *options = std::move(o);
+  return absl::OkStatus();
+}
+
+absl::Status LoadServerConfigFile(const std::string& path,
+                                  ServerOptions* options) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::Status s = ParseServerConfig(text.str(), options);
+  if (s.ok()) return s;
+  std::vector<std::string> lines = absl::StrSplit(s.message(), '\n');
+  for (auto& line : lines) line = absl::StrCat(path, ": ", line);
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+absl::Status ValidateServerOptions(const ServerOptions& options) {
+  std::vector<std::string> errors;
+  if (!options.memory && options.data_dir.empty())
+    errors.push_back("data_dir: required unless memory is set");
+  if (!ValidListenAddress(options.grpc_listen))
+    errors.push_back(absl::StrCat("grpc_listen: '", options.grpc_listen,
+                                  "' is not HOST:PORT"));
+  if (!ValidListenAddress(options.http_listen))
+    errors.push_back(absl::StrCat("http_listen: '", options.http_listen,
+                                  "' is not HOST:PORT"));
+  if (options.rollup_retention_seconds < options.raw_retention_seconds)
+    errors.push_back(
+        "storage.rollup_retention_days: must not be shorter than "
+        "raw_retention_days");
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+}
+
+}  // namespace vigil

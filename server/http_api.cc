@@ -1,0 +1,278 @@
+#include "server/http_api.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+
+namespace vigil {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kJson[] = "application/json";
+constexpr double kDefaultRangeSeconds = 3600;
+
+void Reply(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(body.dump(), kJson);
+}
+
+void ReplyError(httplib::Response& res, int status, const std::string& what) {
+  Reply(res, status, Json{{"error", what}});
+}
+
+// Appends `v` as JSON: shortest round-trip form, or "nan"/"inf"/"-inf".
+void AppendNumber(std::string* out, double v) {
+  if (std::isnan(v)) {
+    out->append("\"nan\"");
+  } else if (std::isinf(v)) {
+    out->append(v > 0 ? "\"inf\"" : "\"-inf\"");
+  } else {
+    char buf[32];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    out->append(buf, end);
+  }
+}
+
+Json SeriesJson(SeriesId id, const SeriesKey& key) {
+  Json labels = Json::object();
+  for (const auto& [name, value] : key.labels) labels[name] = value;
+  return Json{{"id", id}, {"metric", key.metric}, {"labels", labels}};
+}
+
+// Reads optional parameter `name` as a finite number into `*out`. Returns
+// an error message naming the parameter, or "" on success.
+std::string ParseNumber(const httplib::Request& req, const char* name,
+                        double* out) {
+  if (!req.has_param(name)) return "";
+  std::string text = req.get_param_value(name);
+  double v;
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v))
+    return absl::StrCat("parameter '", name, "': '", text,
+                        "' is not a finite number");
+  *out = v;
+  return "";
+}
+
+// The Prometheus text exposition of one metric family.
+void AppendFamily(std::string* out, std::string_view name,
+                  std::string_view type, std::string_view help) {
+  absl::StrAppend(out, "# HELP ", std::string(name), " ", std::string(help),
+                  "\n# TYPE ", std::string(name), " ", std::string(type), "\n");
+}
+
+template <typename T>
+void AppendSample(std::string* out, std::string_view name_and_labels, T v) {
+  absl::StrAppend(out, std::string(name_and_labels), " ", v, "\n");
+}
+
+}  // namespace
+
+HttpApi::HttpApi(const HttpApiOptions& options)
+    : options_(options), server_(std::make_unique<httplib::Server>()) {
+  int threads = options_.threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  InstallHandlers();
+}
+
+HttpApi::~HttpApi() { Stop(); }
+
+absl::StatusOr<int> HttpApi::Start(const std::string& host, int port) {
+  if (thread_.joinable())
+    return absl::FailedPreconditionError("HTTP API already started");
+  int bound = port;
+  if (port == 0) {
+    bound = server_->bind_to_any_port(host);
+  } else if (!server_->bind_to_port(host, port)) {
+    bound = -1;
+  }
+  if (bound < 0)
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind HTTP to ", host, ":", port));
+  listen_returned_ = false;
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    listen_returned_ = true;
+  });
+  // stop() is a no-op until the accept loop runs, so wait for it.
+  while (!server_->is_running() && !listen_returned_) std::this_thread::yield();
+  return bound;
+}
+
+void HttpApi::Stop() {
+  if (!thread_.joinable()) return;
+  server_->stop();
+  thread_.join();
+}
+
+void HttpApi::InstallHandlers() {
+  const HttpApiOptions& o = options_;
+  if (!o.web_dir.empty() && std::filesystem::is_directory(o.web_dir)) {
+    server_->set_mount_point("/", o.web_dir);
+  }
+
+  server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    ReplyError(res, 404, "no web UI: web dir not configured or no index.html");
+  });
+
+  server_->Get("/healthz", [&o](const httplib::Request&,
+                                httplib::Response& res) {
+    Reply(res, 200, Json{{"status", "ok"}, {"time", o.clock->Now()}});
+  });
+
+  server_->Get("/metrics", [&o](const httplib::Request&,
+                                httplib::Response& res) {
+    const IngestMetrics& m = *o.metrics;
+    const StoreStats stats = o.store->Stats();
+    std::string out;
+    AppendFamily(&out, "vigil_ingest_samples_total", "counter",
+                 "Samples in applied batches, dropped ones included.");
+    AppendSample(&out, "vigil_ingest_samples_total", m.samples.load());
+    AppendFamily(&out, "vigil_ingest_batches_total", "counter",
+                 "Batches applied (resends not counted).");
+    AppendSample(&out, "vigil_ingest_batches_total", m.batches.load());
+    AppendFamily(&out, "vigil_ingest_frames_total", "counter",
+                 "Frames applied.");
+    AppendSample(&out, "vigil_ingest_frames_total", m.frames.load());
+    AppendFamily(&out, "vigil_ingest_resent_batches_total", "counter",
+                 "Batches resent after a lost ack, acked without re-applying.");
+    AppendSample(&out, "vigil_ingest_resent_batches_total",
+                 m.resent_batches.load());
+    AppendFamily(&out, "vigil_ingest_rejected_total", "counter",
+                 "Refused inputs by reason; each ended its stream.");
+    for (size_t r = 0; r < m.rejected.size(); ++r) {
+      AppendSample(&out,
+                   absl::StrCat("vigil_ingest_rejected_total{reason=\"",
+                                std::string(RejectReasonName(
+                                    static_cast<RejectReason>(r))),
+                                "\"}"),
+                   m.rejected[r].load());
+    }
+    AppendFamily(&out, "vigil_ingest_dropped_samples_total", "counter",
+                 "Samples of accepted batches the store dropped, by reason.");
+    AppendSample(&out, "vigil_ingest_dropped_samples_total{reason=\"duplicate\"}",
+                 m.dropped_duplicate.load());
+    AppendSample(&out,
+                 "vigil_ingest_dropped_samples_total{reason=\"out_of_order\"}",
+                 m.dropped_out_of_order.load());
+    AppendFamily(&out, "vigil_ingest_rate_samples_per_second", "gauge",
+                 "Samples ingested per second over the last 10 s.");
+    AppendSample(&out, "vigil_ingest_rate_samples_per_second",
+                 m.sample_rate.Rate(o.clock->Now()));
+    AppendFamily(&out, "vigil_connected_agents", "gauge",
+                 "Live agent streams.");
+    AppendSample(&out, "vigil_connected_agents", m.connected_agents.load());
+    AppendFamily(&out, "vigil_series", "gauge", "Series in the store.");
+    AppendSample(&out, "vigil_series", stats.series);
+    AppendFamily(&out, "vigil_storage_bytes", "gauge",
+                 "Bytes the store uses on disk, frame log included.");
+    AppendSample(&out, "vigil_storage_bytes", stats.bytes_on_disk);
+    AppendFamily(&out, "vigil_frame_log_bytes", "gauge",
+                 "Bytes in the frame log not yet checkpointed.");
+    AppendSample(&out, "vigil_frame_log_bytes", stats.frame_log_bytes);
+    AppendFamily(&out, "vigil_storage_chunks_flushed_total", "counter",
+                 "Compressed chunks the store has written.");
+    AppendSample(&out, "vigil_storage_chunks_flushed_total",
+                 stats.chunks_flushed);
+    res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  server_->Get("/api/v1/series", [&o](const httplib::Request& req,
+                                      httplib::Response& res) {
+    SeriesFilter filter;
+    filter.job = req.get_param_value("job");
+    filter.node = req.get_param_value("node");
+    filter.metric = req.get_param_value("metric");
+    Json list = Json::array();
+    for (const SeriesInfo& info : o.store->ListSeries(filter)) {
+      list.push_back(SeriesJson(info.id, info.key));
+    }
+    Reply(res, 200, Json{{"series", std::move(list)}});
+  });
+
+  server_->Get("/api/v1/query", [&o](const httplib::Request& req,
+                                     httplib::Response& res) {
+    if (!req.has_param("series"))
+      return ReplyError(res, 400, "parameter 'series': required");
+    std::string id_text = req.get_param_value("series");
+    SeriesId id;
+    if (!absl::SimpleAtoi(id_text, &id))
+      return ReplyError(res, 400,
+                        absl::StrCat("parameter 'series': '", id_text,
+                                     "' is not a series id"));
+    double to = o.clock->Now();
+    double from = NAN;
+    double step = 0;
+    for (std::string error :
+         {ParseNumber(req, "to", &to), ParseNumber(req, "from", &from),
+          ParseNumber(req, "step", &step)}) {
+      if (!error.empty()) return ReplyError(res, 400, error);
+    }
+    if (std::isnan(from)) from = to - kDefaultRangeSeconds;
+    if (from >= to)
+      return ReplyError(res, 400, "parameter 'from': must be before 'to'");
+    if (req.has_param("step") && step <= 0)
+      return ReplyError(res, 400, "parameter 'step': must be > 0");
+    if (step > 0 && (to - from) / step > static_cast<double>(o.max_points))
+      return ReplyError(
+          res, 400,
+          absl::StrCat("parameter 'step': ", step, " gives more than ",
+                       o.max_points, " buckets; use a larger step"));
+    absl::StatusOr<SeriesKey> key = o.store->Key(id);
+    if (!key.ok())
+      return ReplyError(res, 404, absl::StrCat("series ", id, " not found"));
+
+    // Points are written by hand: a DOM for a million points is slow.
+    std::string out = absl::StrCat("{\"series\":", SeriesJson(id, *key).dump());
+    if (step > 0) {
+      absl::StatusOr<std::vector<Aggregate>> buckets =
+          o.store->QueryAggregate(id, from, to, step);
+      if (!buckets.ok())
+        return ReplyError(res, 500, std::string(buckets.status().message()));
+      out.append(",\"step\":");
+      AppendNumber(&out, step);
+      out.append(",\"points\":[");
+      for (size_t i = 0; i < buckets->size(); ++i) {
+        const Aggregate& a = (*buckets)[i];
+        const uint64_t numbers = a.count - a.nan_count;
+        out.append(i ? ",[" : "[");
+        AppendNumber(&out, a.start);
+        out.push_back(',');
+        AppendNumber(&out, numbers ? a.min : NAN);
+        out.push_back(',');
+        AppendNumber(&out, numbers ? a.max : NAN);
+        out.push_back(',');
+        AppendNumber(&out, numbers ? a.sum / numbers : NAN);
+        absl::StrAppend(&out, ",", a.count, "]");
+      }
+    } else {
+      absl::StatusOr<std::vector<Sample>> samples = o.store->Query(id, from, to);
+      if (!samples.ok())
+        return ReplyError(res, 500, std::string(samples.status().message()));
+      if (samples->size() > o.max_points)
+        return ReplyError(
+            res, 400,
+            absl::StrCat(samples->size(), " points exceed the limit of ",
+                         o.max_points, "; narrow 'from'/'to' or set 'step'"));
+      out.append(",\"points\":[");
+      for (size_t i = 0; i < samples->size(); ++i) {
+        out.append(i ? ",[" : "[");
+        AppendNumber(&out, (*samples)[i].ts);
+        out.push_back(',');
+        AppendNumber(&out, (*samples)[i].value);
+        out.push_back(']');
+      }
+    }
+    out.append("]}");
+    res.set_content(out, kJson);
+  });
+}
+
+}  // namespace vigil

@@ -1,0 +1,67 @@
+// The HTTP API of vigil-server (cpp-httplib, kept out of this header):
+//   GET /healthz                 liveness, JSON
+//   GET /metrics                 Prometheus text exposition
+//   GET /api/v1/series?job=&node=&metric=
+//   GET /api/v1/query?series=ID&from=&to=&step=
+//   GET /                        files of the web dir (index.html)
+// Bad parameters get 400 with {"error": "..."} naming the parameter.
+#ifndef VIGIL_SERVER_HTTP_API_H_
+#define VIGIL_SERVER_HTTP_API_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "server/ingest_metrics.h"
+#include "storage/series_store.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace vigil {
+
+// What HttpApi needs. Pointers are not owned and must outlive it.
+struct HttpApiOptions {
+  SeriesStore* store = nullptr;           // required
+  Clock* clock = nullptr;                 // required: default query range
+  const IngestMetrics* metrics = nullptr; // required
+  // Directory whose files are served under / ; empty or missing: none.
+  std::string web_dir;
+  // Most points one query answer may hold; more gets 400 asking for a step.
+  uint64_t max_points = 1'000'000;
+  // Threads serving requests.
+  int threads = 8;
+};
+
+// Serves the HTTP API on a background thread. Start/Stop are not
+// thread-safe with each other; request handlers run concurrently.
+class HttpApi {
+ public:
+  explicit HttpApi(const HttpApiOptions& options);
+  // Stops serving if still running.
+  ~HttpApi();
+
+  // Binds `host`:`port` (0 picks a free port), starts serving and returns
+  // the bound port. kUnavailable if the address cannot be bound;
+  // kFailedPrecondition if already started.
+  absl::StatusOr<int> Start(const std::string& host, int port);
+  // Stops accepting, waits for the serving thread. Idempotent.
+  void Stop();
+
+ private:
+  void InstallHandlers();
+
+  const HttpApiOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::atomic<bool> listen_returned_{false};
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_HTTP_API_H_

@@ -1,0 +1,79 @@
+// Counters of the ingest path, read by GET /metrics.
+#ifndef VIGIL_SERVER_INGEST_METRICS_H_
+#define VIGIL_SERVER_INGEST_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+
+namespace vigil {
+
+// Why an input was refused; one label value of vigil_ingest_rejected_total.
+enum class RejectReason {
+  kMissingHello,
+  kBadHello,
+  kNodeTaken,
+  kBadSeriesDef,
+  kUnknownSeries,
+  kLengthMismatch,
+  kBadTimestamp,
+  kTooOld,
+  kFutureTimestamp,
+  kBadJob,
+  kSeqNotIncreasing,
+  kStorage,
+  kCount,  // not a reason: the number of reasons
+};
+
+// The Prometheus label value of `reason`, e.g. "unknown_series".
+std::string_view RejectReasonName(RejectReason reason);
+
+// Samples per second over the last complete seconds, from per-second
+// buckets. Thread-safe; Add() takes a short lock once per batch.
+class RateWindow {
+ public:
+  // Number of complete seconds averaged over.
+  static constexpr int kSeconds = 10;
+  // Counts `n` events at Unix time `now`.
+  void Add(double now, uint64_t n);
+  // Events per second over the kSeconds complete seconds before `now`.
+  double Rate(double now) const;
+
+ private:
+  static constexpr int kBuckets = kSeconds + 2;
+  struct Bucket {
+    int64_t second = -1;
+    uint64_t count = 0;
+  };
+  mutable std::mutex mu_;
+  std::array<Bucket, kBuckets> buckets_ ABSL_GUARDED_BY(mu_);
+};
+
+// Monotonic ingest counters (plus the connected-agents gauge). Lock-free
+// and safe for concurrent use; values are read without a common snapshot.
+struct IngestMetrics {
+  std::atomic<uint64_t> samples{0};   // samples appended (incl. dropped)
+  std::atomic<uint64_t> batches{0};   // batches applied (not resends)
+  std::atomic<uint64_t> frames{0};    // frames applied
+  std::atomic<uint64_t> resent_batches{0};  // deduplicated resends
+  std::atomic<uint64_t> dropped_duplicate{0};
+  std::atomic<uint64_t> dropped_out_of_order{0};
+  std::atomic<int64_t> connected_agents{0};  // gauge: live streams
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(RejectReason::kCount)>
+      rejected{};
+  RateWindow sample_rate;
+
+  // Counts one refused input.
+  void Reject(RejectReason reason) {
+    rejected[static_cast<size_t>(reason)].fetch_add(1,
+                                                    std::memory_order_relaxed);
+  }
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_INGEST_METRICS_H_

@@ -1,0 +1,405 @@
+#include "server/ingest_service.h"
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+
+namespace vigil {
+namespace {
+
+// Local series ids below this are looked up in a dense array.
+constexpr uint32_t kDenseIdLimit = 1 << 20;
+constexpr uint32_t kNoSlot = UINT32_MAX;
+constexpr SeriesId kUnresolved = UINT32_MAX;
+// Jobs whose resolved ids a stream keeps; a node rarely changes job.
+constexpr size_t kMaxJobsPerStream = 8;
+
+// Why a batch is refused: the metric label and the stream's final status.
+struct Refusal {
+  RejectReason reason;
+  grpc::Status status;
+};
+
+// OK if `value` may be the value of label `name`.
+absl::Status ValidateLabelValue(const std::string& name,
+                                const std::string& value) {
+  SeriesKey key{"m", {{name, value}}};
+  return NormalizeSeriesKey(&key);
+}
+
+std::string FormatUnixTime(double t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                          absl::FromUnixMicros(static_cast<int64_t>(t * 1e6)),
+                          absl::UTCTimeZone());
+}
+
+// Hands every frame of an applied batch to `observer`; `columns` hold the
+// frames' store ids and values.
+void NotifyObserver(FrameObserver& observer, const std::string& node,
+                    const v1::FrameBatch& batch,
+                    const std::vector<FrameColumns>& columns) {
+  for (int i = 0; i < batch.frames_size(); ++i) {
+    const v1::Frame& f = batch.frames(i);
+    FrameView view;
+    view.node = node;
+    view.job = f.job();
+    if (f.has_step()) view.step = f.step();
+    view.ts = f.ts();
+    view.ids = columns[i].ids;
+    view.values = columns[i].values;
+    observer.OnFrame(view);
+  }
+}
+
+}  // namespace
+
+// The registry entry of one node. `instance`, `since` and `live` are
+// guarded by IngestService::mu_; the rest by `mu`, which also serializes
+// applying batches when a stream replaces another of the same instance.
+struct IngestService::NodeSession {
+  std::string instance;
+  double since = 0;
+  grpc::ServerContext* live = nullptr;
+
+  std::mutex mu;
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+  uint64_t last_applied_seq ABSL_GUARDED_BY(mu) = 0;
+};
+
+// What one stream knows: its dictionary and its resolved ids. Used only by
+// the stream's thread.
+struct IngestService::StreamState {
+  // One dictionary entry: the normalized key without the job label.
+  struct Def {
+    uint32_t local_id;
+    SeriesKey key;
+  };
+  // Resolved store ids of dictionary slots for one job.
+  struct JobIds {
+    std::string job;
+    std::vector<SeriesId> ids;  // by slot; kUnresolved until first use
+  };
+
+  grpc::ServerContext* context = nullptr;
+  std::string node;
+  std::string instance;
+  std::shared_ptr<NodeSession> session;
+  uint64_t generation = 0;
+  uint64_t prev_seq = 0;  // last seq seen on this stream
+
+  std::vector<Def> defs;                          // by slot
+  std::vector<uint32_t> dense_slots;              // local id -> slot
+  absl::flat_hash_map<uint32_t, uint32_t> sparse_slots;  // ids >= limit
+  std::vector<JobIds> jobs;
+
+  // Reused per batch: slots, then store ids, of every sample, in order.
+  std::vector<SeriesId> ids;
+  std::vector<FrameColumns> columns;
+  bool applied = false;  // the last batch was stored (not a resend)
+
+  uint32_t SlotOf(uint32_t local_id) const {
+    if (local_id < kDenseIdLimit) {
+      return local_id < dense_slots.size() ? dense_slots[local_id] : kNoSlot;
+    }
+    auto it = sparse_slots.find(local_id);
+    return it == sparse_slots.end() ? kNoSlot : it->second;
+  }
+
+  void AddSlot(uint32_t local_id, uint32_t slot) {
+    if (local_id < kDenseIdLimit) {
+      if (local_id >= dense_slots.size()) dense_slots.resize(local_id + 1, kNoSlot);
+      dense_slots[local_id] = slot;
+    } else {
+      sparse_slots[local_id] = slot;
+    }
+  }
+
+  // True if `job` is known to be a valid label value (cheap when cached).
+  bool KnownJob(const std::string& job) const {
+    for (const JobIds& j : jobs) {
+      if (j.job == job) return true;
+    }
+    return false;
+  }
+
+  // The resolved-id table of `job`, created (evicting the oldest) if new.
+  JobIds& Job(const std::string& job) {
+    for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
+      if (it->job == job) return *it;
+    }
+    if (jobs.size() >= kMaxJobsPerStream) jobs.erase(jobs.begin());
+    jobs.push_back(JobIds{job, {}});
+    return jobs.back();
+  }
+};
+
+IngestService::IngestService(const IngestOptions& options)
+    : options_(options) {}
+
+IngestService::~IngestService() = default;
+
+grpc::Status IngestService::Register(grpc::ServerContext* context,
+                                     const v1::Hello& hello,
+                                     StreamState* state) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::shared_ptr<NodeSession>& session = nodes_[hello.node()];
+  if (session == nullptr) session = std::make_shared<NodeSession>();
+  if (session->live != nullptr && session->instance != hello.agent_instance()) {
+    options_.metrics->Reject(RejectReason::kNodeTaken);
+    return grpc::Status(
+        grpc::StatusCode::ALREADY_EXISTS,
+        absl::StrCat("node ", hello.node(),
+                     " is already streamed by agent instance ",
+                     session->instance, " since ",
+                     FormatUnixTime(session->since)));
+  }
+  if (session->live != nullptr) session->live->TryCancel();
+  bool new_instance = session->instance != hello.agent_instance();
+  session->instance = hello.agent_instance();
+  session->since = options_.clock->Now();
+  session->live = context;
+  {
+    std::lock_guard<std::mutex> sl(session->mu);
+    state->generation = ++session->generation;
+    if (new_instance) session->last_applied_seq = 0;
+  }
+  state->context = context;
+  state->node = hello.node();
+  state->instance = hello.agent_instance();
+  state->session = session;
+  return grpc::Status::OK;
+}
+
+void IngestService::Unregister(const StreamState& state) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (state.session->live == state.context) state.session->live = nullptr;
+}
+
+grpc::Status IngestService::Stream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::Ack, v1::FrameBatch>* stream) {
+  v1::FrameBatch batch;
+  if (!stream->Read(&batch)) return grpc::Status::OK;
+  IngestMetrics& metrics = *options_.metrics;
+  auto refuse = [&](RejectReason reason, const std::string& what) {
+    metrics.Reject(reason);
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("batch ", batch.seq(), ": ", what));
+  };
+  if (!batch.has_hello())
+    return refuse(RejectReason::kMissingHello,
+                  "the first batch of a stream must carry hello");
+  const v1::Hello& hello = batch.hello();
+  if (absl::Status s = ValidateLabelValue("node", hello.node()); !s.ok())
+    return refuse(RejectReason::kBadHello,
+                  absl::StrCat("hello: bad node name: ", s.message()));
+  if (hello.agent_instance().empty())
+    return refuse(RejectReason::kBadHello, "hello: empty agent_instance");
+
+  StreamState state;
+  if (grpc::Status s = Register(context, hello, &state); !s.ok()) return s;
+  metrics.connected_agents.fetch_add(1);
+  grpc::Status result = grpc::Status::OK;
+  v1::Ack ack;
+  while (true) {
+    if (batch.has_hello() && (batch.hello().node() != state.node ||
+                              batch.hello().agent_instance() !=
+                                  state.instance)) {
+      result = refuse(RejectReason::kBadHello,
+                      "hello names another node or agent instance than the "
+                      "first batch of the stream");
+      break;
+    }
+    result = HandleBatch(state, batch, &ack);
+    if (!result.ok()) break;
+    bool written = stream->Write(ack);
+    if (state.applied && options_.observer != nullptr) {
+      NotifyObserver(*options_.observer, state.node, batch, state.columns);
+    }
+    if (!written || !stream->Read(&batch)) break;
+  }
+  metrics.connected_agents.fetch_sub(1);
+  Unregister(state);
+  return result;
+}
+
+grpc::Status IngestService::HandleBatch(StreamState& st,
+                                        const v1::FrameBatch& batch,
+                                        v1::Ack* ack) {
+  IngestMetrics& metrics = *options_.metrics;
+  const uint64_t seq = batch.seq();
+  auto refuse = [&](RejectReason reason, const std::string& where,
+                    const std::string& what) {
+    metrics.Reject(reason);
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("batch ", seq, where, ": ", what));
+  };
+  if (seq == 0)
+    return refuse(RejectReason::kSeqNotIncreasing, "", "seq must start at 1");
+  if (seq <= st.prev_seq)
+    return refuse(RejectReason::kSeqNotIncreasing, "",
+                  absl::StrCat("seq is not greater than the previous seq ",
+                               st.prev_seq, " of this stream"));
+  st.prev_seq = seq;
+
+  // The dictionary is per stream: a refused batch ends the stream, so its
+  // entries need no rollback, and entries of resent batches count too.
+  for (int i = 0; i < batch.series_size(); ++i) {
+    const v1::SeriesDef& def = batch.series(i);
+    std::string where = absl::StrCat(" series ", i, " (id ", def.id(), ")");
+    StreamState::Def entry{def.id(), SeriesKey{def.metric(), {}}};
+    for (const v1::Label& label : def.labels()) {
+      if (label.name() == "job" || label.name() == "node")
+        return refuse(RejectReason::kBadSeriesDef, where,
+                      absl::StrCat("label '", label.name(),
+                                   "' is reserved: it comes from the ",
+                                   label.name() == "job" ? "frame" : "hello"));
+      entry.key.labels.emplace_back(label.name(), label.value());
+    }
+    if (entry.key.labels.size() + 2 > kMaxLabels)
+      return refuse(RejectReason::kBadSeriesDef, where,
+                    absl::StrCat("at most ", kMaxLabels - 2, " labels allowed"));
+    entry.key.labels.emplace_back("node", st.node);
+    if (absl::Status s = NormalizeSeriesKey(&entry.key); !s.ok())
+      return refuse(RejectReason::kBadSeriesDef, where, std::string(s.message()));
+    uint32_t slot = st.SlotOf(def.id());
+    if (slot != kNoSlot) {
+      if (st.defs[slot].key != entry.key)
+        return refuse(RejectReason::kBadSeriesDef, where,
+                      absl::StrCat("id already defined as ",
+                                   st.defs[slot].key.ToString()));
+      continue;
+    }
+    st.AddSlot(def.id(), static_cast<uint32_t>(st.defs.size()));
+    st.defs.push_back(std::move(entry));
+  }
+
+  NodeSession& session = *st.session;
+  std::lock_guard<std::mutex> l(session.mu);
+  if (session.generation != st.generation)
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "stream replaced by a newer stream of the same agent "
+                        "instance");
+  ack->set_acked_seq(seq);
+  ack->set_dropped_samples(0);
+  st.applied = false;
+  if (seq <= session.last_applied_seq) {
+    metrics.resent_batches.fetch_add(1, std::memory_order_relaxed);
+    return grpc::Status::OK;
+  }
+
+  // Pass 1: validate every frame; record the dictionary slot of each sample.
+  const double now = options_.clock->Now();
+  size_t total = 0;
+  for (const v1::Frame& f : batch.frames()) total += f.series_ids_size();
+  st.ids.resize(total);
+  size_t pos = 0;
+  const std::string* last_job = nullptr;
+  for (int i = 0; i < batch.frames_size(); ++i) {
+    const v1::Frame& f = batch.frames(i);
+    const std::string where = absl::StrCat(" frame ", i);  // short: no alloc
+    if (f.series_ids_size() != f.values_size())
+      return refuse(RejectReason::kLengthMismatch, where,
+                    absl::StrCat(f.series_ids_size(), " series ids but ",
+                                 f.values_size(), " values"));
+    const double ts = f.ts();
+    if (!std::isfinite(ts) || ts <= 0)
+      return refuse(RejectReason::kBadTimestamp, where,
+                    absl::StrFormat("timestamp %.3f is not a positive, "
+                                    "finite Unix time", ts));
+    if (ts > now + options_.max_future_skew_seconds)
+      return refuse(RejectReason::kFutureTimestamp, where,
+                    absl::StrFormat("timestamp %.3f is %.3f s ahead of the "
+                                    "server clock (at most %g s)",
+                                    ts, ts - now,
+                                    options_.max_future_skew_seconds));
+    if (ts < now - options_.raw_retention_seconds)
+      return refuse(RejectReason::kTooOld, where,
+                    absl::StrFormat("timestamp %.3f is older than the raw "
+                                    "retention of %g s",
+                                    ts, options_.raw_retention_seconds));
+    if (last_job == nullptr || *last_job != f.job()) {
+      if (!st.KnownJob(f.job())) {
+        if (f.job().empty())
+          return refuse(RejectReason::kBadJob, where, "empty job name");
+        if (absl::Status s = ValidateLabelValue("job", f.job()); !s.ok())
+          return refuse(RejectReason::kBadJob, where,
+                        absl::StrCat("bad job name: ", s.message()));
+      }
+      last_job = &f.job();
+    }
+    for (uint32_t local_id : f.series_ids()) {
+      uint32_t slot = st.SlotOf(local_id);
+      if (slot == kNoSlot)
+        return refuse(RejectReason::kUnknownSeries, where,
+                      absl::StrCat("unknown series id ", local_id));
+      st.ids[pos++] = slot;
+    }
+  }
+
+  // Pass 2: translate slots to store ids, resolving new (job, series) pairs.
+  st.columns.clear();
+  pos = 0;
+  StreamState::JobIds* job = nullptr;
+  for (int i = 0; i < batch.frames_size(); ++i) {
+    const v1::Frame& f = batch.frames(i);
+    if (job == nullptr || job->job != f.job()) {
+      job = &st.Job(f.job());
+      job->ids.resize(st.defs.size(), kUnresolved);
+    }
+    const size_t n = f.series_ids_size();
+    SeriesId* ids = st.ids.data() + pos;
+    for (size_t k = 0; k < n; ++k) {
+      SeriesId& id = job->ids[ids[k]];
+      if (id == kUnresolved) {
+        SeriesKey key = st.defs[ids[k]].key;
+        key.labels.emplace_back("job", f.job());
+        absl::Status s = NormalizeSeriesKey(&key);
+        absl::StatusOr<SeriesId> resolved =
+            s.ok() ? options_.store->Resolve(key) : absl::StatusOr<SeriesId>(s);
+        if (!resolved.ok()) {
+          metrics.Reject(RejectReason::kStorage);
+          return grpc::Status(
+              static_cast<grpc::StatusCode>(resolved.status().code()),
+              absl::StrCat("batch ", seq, " frame ", i, ": series ",
+                           key.ToString(), ": ", resolved.status().message()));
+        }
+        id = *resolved;
+      }
+      ids[k] = id;
+    }
+    st.columns.push_back(FrameColumns{
+        f.ts(), std::span<const SeriesId>(ids, n),
+        std::span<const double>(f.values().data(), n)});
+    pos += n;
+  }
+
+  AppendResult appended;
+  if (absl::Status s = options_.store->Append(st.columns, &appended); !s.ok()) {
+    metrics.Reject(RejectReason::kStorage);
+    return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
+                        absl::StrCat("batch ", seq, ": storage: ", s.message()));
+  }
+  session.last_applied_seq = seq;
+  ack->set_dropped_samples(appended.duplicates + appended.out_of_order);
+
+  metrics.samples.fetch_add(total, std::memory_order_relaxed);
+  metrics.frames.fetch_add(batch.frames_size(), std::memory_order_relaxed);
+  metrics.batches.fetch_add(1, std::memory_order_relaxed);
+  metrics.dropped_duplicate.fetch_add(appended.duplicates,
+                                      std::memory_order_relaxed);
+  metrics.dropped_out_of_order.fetch_add(appended.out_of_order,
+                                         std::memory_order_relaxed);
+  metrics.sample_rate.Add(now, total);
+
+  st.applied = true;
+  return grpc::Status::OK;
+}
+
+}  // namespace vigil

@@ -1,0 +1,74 @@
+// The gRPC Ingest.Stream implementation: validates batches from agents,
+// appends them to the store, acks them and hands accepted frames to the
+// detection hook.
+#ifndef VIGIL_SERVER_INGEST_SERVICE_H_
+#define VIGIL_SERVER_INGEST_SERVICE_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "common/clock.h"
+#include "server/frame_observer.h"
+#include "server/ingest_metrics.h"
+#include "storage/series_store.h"
+#include "vigil/v1/ingest.grpc.pb.h"
+
+namespace vigil {
+
+// What IngestService needs. Pointers are not owned and must outlive it.
+struct IngestOptions {
+  SeriesStore* store = nullptr;         // required
+  Clock* clock = nullptr;               // required
+  IngestMetrics* metrics = nullptr;     // required
+  FrameObserver* observer = nullptr;    // optional detection hook
+  // Frames stamped further ahead of clock->Now() are refused.
+  double max_future_skew_seconds = 300;
+  // Frames older than this (the raw retention) are refused.
+  double raw_retention_seconds = 7 * 86400.0;
+};
+
+// Serves Ingest.Stream with one thread per stream (sync gRPC API).
+//
+// Per stream: the first batch must carry a Hello. A node has at most one
+// live stream: another agent instance is refused with ALREADY_EXISTS, the
+// same instance replaces (cancels) its old stream. Each batch is validated
+// whole before anything is stored; a bad batch ends the stream with
+// INVALID_ARGUMENT "batch SEQ frame I: reason", and everything acked before
+// stays stored. A batch whose seq was already applied for this node and
+// agent instance (a resend after a lost ack) is acked again without being
+// re-applied. Thread-safe.
+class IngestService final : public v1::Ingest::Service {
+ public:
+  explicit IngestService(const IngestOptions& options);
+  ~IngestService() override;
+
+  grpc::Status Stream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::Ack, v1::FrameBatch>* stream) override;
+
+ private:
+  struct NodeSession;
+  struct StreamState;
+
+  // Claims the node of `hello` for the stream; ALREADY_EXISTS if another
+  // agent instance streams it.
+  grpc::Status Register(grpc::ServerContext* context, const v1::Hello& hello,
+                        StreamState* state);
+  // Releases the node if the stream still holds it.
+  void Unregister(const StreamState& state);
+  // Validates, applies and acks one batch.
+  grpc::Status HandleBatch(StreamState& state, const v1::FrameBatch& batch,
+                           v1::Ack* ack);
+
+  const IngestOptions options_;
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<NodeSession>> nodes_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_INGEST_SERVICE_H_

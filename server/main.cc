@@ -1,0 +1,120 @@
+// vigil-server: flags -> options -> start -> wait for SIGINT/SIGTERM -> stop.
+//
+//   vigil-server --data-dir DIR --grpc-listen HOST:PORT --http-listen HOST:PORT
+//                [--config FILE] [--memory] [--web-dir DIR]
+// Flags override the config file. Port 0 picks a free port; the bound
+// addresses are printed on stdout.
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "server/config.h"
+#include "server/server.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: vigil-server --data-dir DIR --grpc-listen HOST:PORT "
+    "--http-listen HOST:PORT [--config FILE] [--memory] [--web-dir DIR]\n";
+
+// Parses "--name value", "--name=value" and the switch "--memory" into
+// `flags`. False (after printing why) on anything else.
+bool ParseFlags(int argc, char** argv, std::map<std::string, std::string>* flags) {
+  static const char* const kValued[] = {"data-dir", "grpc-listen",
+                                        "http-listen", "config", "web-dir"};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return false;
+    if (arg.rfind("--", 0) != 0) {
+      std::fprintf(stderr, "vigil-server: unexpected argument '%s'\n", argv[i]);
+      return false;
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+      has_value = true;
+    }
+    if (name == "memory" && !has_value) {
+      (*flags)[name] = "true";
+      continue;
+    }
+    bool valued = false;
+    for (const char* known : kValued) valued |= name == known;
+    if (!valued) {
+      std::fprintf(stderr, "vigil-server: unknown flag '--%s'\n", name.c_str());
+      return false;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "vigil-server: --%s needs a value\n", name.c_str());
+        return false;
+      }
+      value = argv[++i];
+    }
+    (*flags)[name] = value;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  vigil::ServerOptions options;
+  options.web_dir = VIGIL_SOURCE_DIR "/web";
+  if (flags.count("config")) {
+    if (absl::Status s = vigil::LoadServerConfigFile(flags["config"], &options);
+        !s.ok()) {
+      std::fprintf(stderr, "vigil-server: bad config:\n%s\n",
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  if (flags.count("data-dir")) options.data_dir = flags["data-dir"];
+  if (flags.count("grpc-listen")) options.grpc_listen = flags["grpc-listen"];
+  if (flags.count("http-listen")) options.http_listen = flags["http-listen"];
+  if (flags.count("web-dir")) options.web_dir = flags["web-dir"];
+  if (flags.count("memory")) options.memory = true;
+
+  // Block the signals before any thread starts, so sigwait() gets them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  vigil::VigilServer server(options);
+  if (absl::Status s = server.Start(); !s.ok()) {
+    std::fprintf(stderr, "vigil-server: cannot start:\n%s\n",
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  std::string grpc_host = options.grpc_listen.substr(0, options.grpc_listen.rfind(':'));
+  std::string http_host = options.http_listen.substr(0, options.http_listen.rfind(':'));
+  std::printf("vigil-server: ingest (gRPC) on %s:%d, HTTP API on http://%s:%d/ "
+              "(/metrics, /api/v1/series), data in %s\n",
+              grpc_host.c_str(), server.grpc_port(), http_host.c_str(),
+              server.http_port(),
+              options.memory ? "memory" : options.data_dir.c_str());
+  std::fflush(stdout);
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::printf("vigil-server: %s, stopping\n", strsignal(signal));
+  std::fflush(stdout);
+  if (absl::Status s = server.Stop(); !s.ok()) {
+    std::fprintf(stderr, "vigil-server: flush on stop failed: %s\n",
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

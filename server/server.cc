@@ -1,0 +1,127 @@
+#include "server/server.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "server/http_api.h"
+#include "server/ingest_service.h"
+#include "storage/rocksdb_store.h"
+
+namespace vigil {
+namespace {
+
+// gRPC keepalive: a dead agent's stream is noticed (and its node freed)
+// within about kKeepaliveMs + kKeepaliveTimeoutMs.
+constexpr int kKeepaliveMs = 30'000;
+constexpr int kKeepaliveTimeoutMs = 10'000;
+
+// Splits "HOST:PORT" (validated by ValidateServerOptions).
+std::pair<std::string, int> SplitHostPort(const std::string& address) {
+  size_t colon = address.rfind(':');
+  int port = 0;
+  (void)absl::SimpleAtoi(address.substr(colon + 1), &port);
+  return {address.substr(0, colon), port};
+}
+
+}  // namespace
+
+VigilServer::VigilServer(const ServerOptions& options, Clock* clock,
+                         FrameObserver* observer)
+    : options_(options),
+      clock_(clock != nullptr ? clock : RealClock()),
+      observer_(observer) {}
+
+VigilServer::~VigilServer() { (void)Stop(); }
+
+absl::Status VigilServer::Start() {
+  if (store_ != nullptr)
+    return absl::FailedPreconditionError("server already started");
+  VIGIL_RETURN_IF_ERROR(ValidateServerOptions(options_));
+
+  StoreOptions store_options;
+  store_options.clock = clock_;
+  store_options.retention.raw_seconds = options_.raw_retention_seconds;
+  store_options.retention.rollup_seconds = options_.rollup_retention_seconds;
+  store_options.max_series = options_.max_series;
+  store_options.block_samples = options_.block_samples;
+  store_options.block_seconds = options_.block_seconds;
+  std::unique_ptr<SeriesStore> store;
+  if (options_.memory) {
+    store = NewMemoryStore(store_options);
+  } else {
+    RocksDbStoreOptions rocks;
+    rocks.store = store_options;
+    rocks.data_dir = options_.data_dir;
+    rocks.sync_frame_log = options_.sync_frame_log;
+    rocks.frame_log_checkpoint_bytes = options_.frame_log_checkpoint_bytes;
+    VIGIL_ASSIGN_OR_RETURN(store, OpenRocksDbStore(rocks));
+  }
+
+  IngestOptions ingest_options;
+  ingest_options.store = store.get();
+  ingest_options.clock = clock_;
+  ingest_options.metrics = &metrics_;
+  ingest_options.observer = observer_;
+  ingest_options.max_future_skew_seconds = options_.max_future_skew_seconds;
+  ingest_options.raw_retention_seconds = options_.raw_retention_seconds;
+  auto ingest = std::make_unique<IngestService>(ingest_options);
+
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(options_.grpc_listen,
+                           grpc::InsecureServerCredentials(), &grpc_port);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.RegisterService(ingest.get());
+  std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
+  if (grpc_server == nullptr || grpc_port == 0)
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on ", options_.grpc_listen));
+
+  HttpApiOptions http_options;
+  http_options.store = store.get();
+  http_options.clock = clock_;
+  http_options.metrics = &metrics_;
+  http_options.web_dir = options_.web_dir;
+  http_options.max_points = options_.max_query_points;
+  http_options.threads = options_.http_threads;
+  auto http = std::make_unique<HttpApi>(http_options);
+  auto [http_host, http_port] = SplitHostPort(options_.http_listen);
+  absl::StatusOr<int> bound = http->Start(http_host, http_port);
+  if (!bound.ok()) {
+    grpc_server->Shutdown();
+    return bound.status();
+  }
+
+  store_ = std::move(store);
+  ingest_ = std::move(ingest);
+  grpc_server_ = std::move(grpc_server);
+  http_ = std::move(http);
+  grpc_port_ = grpc_port;
+  http_port_ = *bound;
+  return absl::OkStatus();
+}
+
+absl::Status VigilServer::Stop() {
+  if (store_ == nullptr) return absl::OkStatus();
+  // An immediate deadline cancels live streams; Shutdown() returns once
+  // their handlers have finished.
+  grpc_server_->Shutdown(gpr_inf_past(GPR_CLOCK_MONOTONIC));
+  grpc_server_.reset();
+  ingest_.reset();
+  http_->Stop();
+  http_.reset();
+  absl::Status flushed = store_->Flush();
+  store_.reset();
+  grpc_port_ = 0;
+  http_port_ = 0;
+  return flushed;
+}
+
+}  // namespace vigil

@@ -1,0 +1,67 @@
+// VigilServer: the store, the gRPC ingest service and the HTTP API wired
+// together, with one Start()/Stop() lifecycle.
+#ifndef VIGIL_SERVER_SERVER_H_
+#define VIGIL_SERVER_SERVER_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "server/config.h"
+#include "server/frame_observer.h"
+#include "server/ingest_metrics.h"
+#include "storage/series_store.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace vigil {
+
+class HttpApi;
+class IngestService;
+
+// Owns the store (RocksDB in options.data_dir, or memory) and both
+// listeners. Start() and Stop() must be called from one thread; the
+// accessors are safe from any thread while the server runs.
+class VigilServer {
+ public:
+  // `clock` (not owned) defaults to RealClock(); `observer` (not owned,
+  // optional) receives every accepted frame. Both must outlive the server.
+  explicit VigilServer(const ServerOptions& options, Clock* clock = nullptr,
+                       FrameObserver* observer = nullptr);
+  // Stops the server if running.
+  ~VigilServer();
+
+  // Opens the store and binds both listeners. kInvalidArgument for bad
+  // options, the store's error if it cannot open, kUnavailable if an
+  // address cannot be bound (nothing is left running then).
+  absl::Status Start();
+  // Stops accepting, cancels live streams, stops HTTP and flushes the
+  // store. Returns the flush status. Idempotent.
+  absl::Status Stop();
+
+  // The bound ports (useful with port 0); 0 before Start().
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_port_; }
+  // The store, or null before Start(); owned by the server.
+  SeriesStore* store() const { return store_.get(); }
+  // Ingest counters.
+  const IngestMetrics& metrics() const { return metrics_; }
+
+ private:
+  const ServerOptions options_;
+  Clock* const clock_;
+  FrameObserver* const observer_;
+  IngestMetrics metrics_;
+  std::unique_ptr<SeriesStore> store_;
+  std::unique_ptr<IngestService> ingest_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<HttpApi> http_;
+  int grpc_port_ = 0;
+  int http_port_ = 0;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_SERVER_H_

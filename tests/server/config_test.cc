@@ -1,0 +1,107 @@
+#include "server/config.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace vigil {
+namespace {
+
+TEST(ConfigTest, EmptyObjectKeepsDefaults) {
+  ServerOptions options;
+  ASSERT_TRUE(ParseServerConfig("{}", &options).ok());
+  EXPECT_EQ(options.raw_retention_seconds, 7 * 86400.0);
+  EXPECT_EQ(options.max_future_skew_seconds, 300);
+  EXPECT_EQ(options.max_message_bytes, 4 << 20);
+  EXPECT_FALSE(options.memory);
+}
+
+TEST(ConfigTest, AppliesEveryKey) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({
+    "data_dir": "/var/lib/vigil", "memory": true,
+    "grpc_listen": "0.0.0.0:7000", "http_listen": "127.0.0.1:9000",
+    "web_dir": "/usr/share/vigil/web",
+    "storage": {"raw_retention_days": 2, "rollup_retention_days": 30,
+                "sync_frame_log": true, "block_samples": 100,
+                "block_seconds": 600, "max_series": 5000,
+                "frame_log_checkpoint_mb": 8},
+    "ingest": {"max_future_skew_seconds": 60, "max_message_mb": 2},
+    "http": {"max_points": 1000, "threads": 3}})",
+                                     &options);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(options.data_dir, "/var/lib/vigil");
+  EXPECT_TRUE(options.memory);
+  EXPECT_EQ(options.grpc_listen, "0.0.0.0:7000");
+  EXPECT_EQ(options.http_listen, "127.0.0.1:9000");
+  EXPECT_EQ(options.web_dir, "/usr/share/vigil/web");
+  EXPECT_EQ(options.raw_retention_seconds, 2 * 86400.0);
+  EXPECT_EQ(options.rollup_retention_seconds, 30 * 86400.0);
+  EXPECT_TRUE(options.sync_frame_log);
+  EXPECT_EQ(options.block_samples, 100u);
+  EXPECT_EQ(options.block_seconds, 600);
+  EXPECT_EQ(options.max_series, 5000u);
+  EXPECT_EQ(options.frame_log_checkpoint_bytes, 8u << 20);
+  EXPECT_EQ(options.max_future_skew_seconds, 60);
+  EXPECT_EQ(options.max_message_bytes, 2 << 20);
+  EXPECT_EQ(options.max_query_points, 1000u);
+  EXPECT_EQ(options.http_threads, 3);
+}
+
+TEST(ConfigTest, ReportsEveryErrorWithItsPath) {
+  ServerOptions options;
+  options.data_dir = "/keep";
+  absl::Status s = ParseServerConfig(R"({
+    "data_dir": 5, "colour": "blue",
+    "storage": {"raw_retention_days": -1, "block_samples": 1.5,
+                "sync_frame_log": "yes", "bogus": 1},
+    "ingest": {"max_future_skew_seconds": "300"},
+    "http": []})",
+                                     &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::string> lines = absl::StrSplit(s.message(), '\n');
+  std::vector<std::string> paths;
+  for (const std::string& line : lines) {
+    paths.push_back(line.substr(0, line.find(':')));
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{
+                       "colour", "data_dir", "storage.bogus",
+                       "storage.raw_retention_days", "storage.sync_frame_log",
+                       "storage.block_samples",
+                       "ingest.max_future_skew_seconds", "http"}))
+      << s.message();
+  EXPECT_EQ(options.data_dir, "/keep") << "options untouched on error";
+}
+
+TEST(ConfigTest, SyntaxErrorIsReported) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig("{\"memory\": tru}", &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not valid JSON"), std::string::npos);
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  ServerOptions options;
+  EXPECT_EQ(LoadServerConfigFile("/nonexistent/vigil.json", &options).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ConfigTest, ValidateRequiresDataDirAndAddresses) {
+  ServerOptions options;
+  options.grpc_listen = "nohost";
+  options.http_listen = "127.0.0.1:99999";
+  absl::Status s = ValidateServerOptions(options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("data_dir:"), std::string::npos);
+  EXPECT_NE(s.message().find("grpc_listen:"), std::string::npos);
+  EXPECT_NE(s.message().find("http_listen:"), std::string::npos);
+  options.memory = true;
+  options.grpc_listen = "127.0.0.1:0";
+  options.http_listen = "[::1]:8080";
+  EXPECT_TRUE(ValidateServerOptions(options).ok());
+}
+
+}  // namespace
+}  // namespace vigil

@@ -1,0 +1,234 @@
+// Ingest.Stream over loopback gRPC: the happy path, resends, node claims
+// and the detection hook.
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/server/test_server.h"
+
+namespace vigil::testing {
+namespace {
+
+constexpr double kT0 = 1764000000.0;  // FakeClock's default start
+
+// Store samples of the series named by `metric` on `node`.
+std::vector<Sample> SamplesOf(SeriesStore* store, const std::string& node,
+                              const std::string& metric) {
+  std::vector<SeriesInfo> series =
+      store->ListSeries(SeriesFilter{"", node, metric});
+  if (series.size() != 1) {
+    ADD_FAILURE() << series.size() << " series for " << metric;
+    return {};
+  }
+  absl::StatusOr<std::vector<Sample>> samples =
+      store->Query(series[0].id, 0, 1e12);
+  EXPECT_TRUE(samples.ok()) << samples.status();
+  return samples.ok() ? *samples : std::vector<Sample>{};
+}
+
+// The first batch of a stream: hello, two series, one frame.
+v1::FrameBatch FirstBatch(const std::string& node, const std::string& instance,
+                          uint64_t seq = 1) {
+  v1::FrameBatch batch = Batch(seq, node, instance);
+  *batch.add_series() = Def(1, "gpu_power_watts", {{"gpu", "0"}});
+  *batch.add_series() = Def(2, "train_loss", {});
+  *batch.add_frames() = Frame("llm", kT0 - 100, {1, 2}, {250.5, 2.25});
+  return batch;
+}
+
+TEST(IngestTest, StoresAcksAndLabelsSeries) {
+  TestServer t;
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  std::optional<v1::Ack> ack = client.Send(FirstBatch("n1", "a"));
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->acked_seq(), 1u);
+  EXPECT_EQ(ack->dropped_samples(), 0u);
+
+  v1::FrameBatch second = Batch(2);
+  *second.add_frames() = Frame("llm", kT0 - 99, {2, 1}, {NAN, 251});
+  *second.add_frames() = Frame("llm", kT0 - 98, {1}, {-INFINITY});
+  ack = client.Send(second);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->acked_seq(), 2u);
+  EXPECT_TRUE(client.Finish().ok());
+
+  std::vector<SeriesInfo> series = t.server.store()->ListSeries({});
+  ASSERT_EQ(series.size(), 2u);
+  EXPECT_EQ(series[0].key.ToString(),
+            "gpu_power_watts{gpu=\"0\",job=\"llm\",node=\"n1\"}");
+  EXPECT_EQ(series[1].key.ToString(), "train_loss{job=\"llm\",node=\"n1\"}");
+  std::vector<Sample> power = SamplesOf(t.server.store(), "n1", "gpu_power_watts");
+  EXPECT_EQ(power, (std::vector<Sample>{{kT0 - 100, 250.5},
+                                        {kT0 - 99, 251},
+                                        {kT0 - 98, -INFINITY}}));
+  std::vector<Sample> loss = SamplesOf(t.server.store(), "n1", "train_loss");
+  ASSERT_EQ(loss.size(), 2u);
+  EXPECT_TRUE(std::isnan(loss[1].value));
+
+  const IngestMetrics& m = t.server.metrics();
+  EXPECT_EQ(m.samples.load(), 5u);
+  EXPECT_EQ(m.frames.load(), 3u);
+  EXPECT_EQ(m.batches.load(), 2u);
+}
+
+TEST(IngestTest, SameSeriesInAnotherJobIsAnotherSeries) {
+  TestServer t;
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  v1::FrameBatch batch = FirstBatch("n1", "a");
+  *batch.add_frames() = Frame("other", kT0 - 99, {1}, {7});
+  ASSERT_TRUE(client.Send(batch).has_value());
+  EXPECT_EQ(t.server.store()->ListSeries(SeriesFilter{"other", "", ""}).size(),
+            1u);
+  EXPECT_EQ(t.server.store()->ListSeries(SeriesFilter{"llm", "", ""}).size(),
+            2u);
+}
+
+TEST(IngestTest, ResentBatchIsAckedWithoutReapplying) {
+  TestServer t;
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  ASSERT_TRUE(client.Send(FirstBatch("n1", "a")).has_value());
+  v1::FrameBatch second = Batch(2);
+  *second.add_frames() = Frame("llm", kT0 - 99, {1}, {251});
+  ASSERT_TRUE(client.Send(second).has_value());
+  EXPECT_TRUE(client.Finish().ok());
+
+  // The ack of batch 2 was "lost": the agent resends it on a new stream,
+  // with hello and the dictionary, then carries on.
+  client.Open();
+  v1::FrameBatch resend = FirstBatch("n1", "a", 2);
+  resend.clear_frames();
+  *resend.add_frames() = Frame("llm", kT0 - 99, {1}, {251});
+  std::optional<v1::Ack> ack = client.Send(resend);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->acked_seq(), 2u);
+  v1::FrameBatch third = Batch(3);
+  *third.add_frames() = Frame("llm", kT0 - 98, {1}, {252});
+  ack = client.Send(third);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->acked_seq(), 3u);
+  EXPECT_TRUE(client.Finish().ok());
+
+  EXPECT_EQ(SamplesOf(t.server.store(), "n1", "gpu_power_watts"),
+            (std::vector<Sample>{
+                {kT0 - 100, 250.5}, {kT0 - 99, 251}, {kT0 - 98, 252}}));
+  EXPECT_EQ(t.server.metrics().resent_batches.load(), 1u);
+  EXPECT_EQ(t.server.metrics().batches.load(), 3u);
+}
+
+TEST(IngestTest, DroppedSamplesAreReportedInTheAck) {
+  TestServer t;
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  ASSERT_TRUE(client.Send(FirstBatch("n1", "a")).has_value());
+  v1::FrameBatch late = Batch(2);
+  *late.add_frames() = Frame("llm", kT0 - 100, {1}, {250.5});  // duplicate
+  *late.add_frames() = Frame("llm", kT0 - 200, {2}, {1.0});    // out of order
+  std::optional<v1::Ack> ack = client.Send(late);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->dropped_samples(), 2u);
+  EXPECT_EQ(t.server.metrics().dropped_duplicate.load(), 1u);
+  EXPECT_EQ(t.server.metrics().dropped_out_of_order.load(), 1u);
+}
+
+TEST(IngestTest, NodeHasOneAgentInstanceAtATime) {
+  TestServer t;
+  IngestClient a(t.server.grpc_port());
+  a.Open();
+  ASSERT_TRUE(a.Send(FirstBatch("n3", "instance-a")).has_value());
+
+  IngestClient b(t.server.grpc_port());
+  b.Open();
+  EXPECT_FALSE(b.Send(FirstBatch("n3", "instance-b")).has_value());
+  grpc::Status refused = b.Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(refused.error_message(),
+            "node n3 is already streamed by agent instance instance-a since "
+            "2025-11-24T16:00:00Z");
+
+  // The same instance reconnecting replaces its old stream.
+  IngestClient a2(t.server.grpc_port());
+  a2.Open();
+  v1::FrameBatch again = FirstBatch("n3", "instance-a", 2);
+  again.mutable_frames(0)->set_ts(kT0 - 99);
+  std::optional<v1::Ack> ack = a2.Send(again);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->acked_seq(), 2u);
+  EXPECT_EQ(a.Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(a2.Finish().ok());
+
+  // Once the node has no live stream, another instance may take it.
+  b.Open();
+  ack = b.Send(FirstBatch("n3", "instance-b"));
+  ASSERT_TRUE(ack.has_value()) << b.Finish().error_message();
+  EXPECT_EQ(ack->acked_seq(), 1u);
+  EXPECT_EQ(t.server.metrics().rejected[static_cast<size_t>(
+                RejectReason::kNodeTaken)].load(),
+            1u);
+}
+
+// Records what the detection hook is given.
+class RecordingObserver : public FrameObserver {
+ public:
+  struct Seen {
+    std::string node, job;
+    std::optional<int64_t> step;
+    double ts;
+    std::vector<uint32_t> ids;
+    std::vector<double> values;
+  };
+  void OnFrame(const FrameView& f) override {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back({std::string(f.node), std::string(f.job), f.step, f.ts,
+                    {f.ids.begin(), f.ids.end()},
+                    {f.values.begin(), f.values.end()}});
+  }
+  std::mutex mu;
+  std::vector<Seen> seen;
+};
+
+TEST(IngestTest, ObserverSeesAcceptedFramesWithStoreIds) {
+  RecordingObserver observer;
+  TestServer t(TestOptions(), &observer);
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  v1::FrameBatch batch = FirstBatch("n1", "a");
+  batch.mutable_frames(0)->set_step(42);
+  ASSERT_TRUE(client.Send(batch).has_value());
+  // Seq 1 again is refused; the hook ran for batch 1 before that.
+  EXPECT_FALSE(client.Send(batch).has_value());
+  client.Finish();
+
+  std::lock_guard<std::mutex> l(observer.mu);
+  ASSERT_EQ(observer.seen.size(), 1u);
+  const RecordingObserver::Seen& s = observer.seen[0];
+  EXPECT_EQ(s.node, "n1");
+  EXPECT_EQ(s.job, "llm");
+  EXPECT_EQ(s.step, 42);
+  EXPECT_EQ(s.ts, kT0 - 100);
+  EXPECT_EQ(s.values, (std::vector<double>{250.5, 2.25}));
+  ASSERT_EQ(s.ids.size(), 2u);
+  EXPECT_EQ(t.server.store()->Key(s.ids[0])->metric, "gpu_power_watts");
+  EXPECT_EQ(t.server.store()->Key(s.ids[1])->metric, "train_loss");
+}
+
+TEST(IngestTest, StopCancelsLiveStreamsAndRestartServes) {
+  TestServer t;
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  ASSERT_TRUE(client.Send(FirstBatch("n1", "a")).has_value());
+  EXPECT_TRUE(t.server.Stop().ok());
+  EXPECT_FALSE(client.Finish().ok());
+  EXPECT_EQ(t.server.store(), nullptr);
+  ASSERT_TRUE(t.server.Start().ok());
+  IngestClient again(t.server.grpc_port());
+  again.Open();
+  EXPECT_TRUE(again.Send(FirstBatch("n1", "a")).has_value());
+}
+
+}  // namespace
+}  // namespace vigil::testing
