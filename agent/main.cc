@@ -1,12 +1,18 @@
 // vigil-agent: streams a node's metrics to vigil-server. For now the node is
 // simulated (--simulate); real collectors come later.
 //
-//   vigil-agent --server HOST:PORT --node NAME --simulate [--job NAME]
-//               [--gpus 8] [--interval 1.0] [--seed N] [--start-step N]
-//               [--duration SECONDS]
+//   vigil-agent --server HOST:PORT --node NAME --simulate[=SCENARIO]
+//               [--job NAME] [--gpus 8] [--interval 1.0] [--seed N]
+//               [--start-step N] [--duration SECONDS] [--fault-node NAME]
+//               [--fault-gpu N] [--fault-at-step N] [--fault-at SECONDS]
 //
 // Flags take "--name value" or "--name=value"; --simulate takes a value only
-// as --simulate=SCENARIO (bare --simulate means "healthy").
+// as --simulate=SCENARIO (bare --simulate means "healthy"). SCENARIO is a
+// fault kind (vigil::agent::FaultKindNames) or a JSON scenario file. The
+// fault sits on --fault-node (default: this node) unless the spec names a
+// node; a node the fault is not on still shows its job-wide effects (a
+// straggler slows, a hang stops every node), so run every agent of a job
+// with the same scenario, seed and --fault-node.
 #include <pthread.h>
 #include <signal.h>
 
@@ -18,21 +24,35 @@
 
 #include "absl/strings/numbers.h"
 #include "agent/runner.h"
+#include "agent/scenario_spec.h"
+#include "agent/scenarios.h"
 #include "agent/simulator.h"
 #include "agent/stream_client.h"
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: vigil-agent --server HOST:PORT --node NAME --simulate[=healthy]\n"
+    "usage: vigil-agent --server HOST:PORT --node NAME --simulate[=SCENARIO]\n"
     "         [--job NAME] [--gpus 8] [--interval 1.0] [--seed N]\n"
-    "         [--start-step N] [--duration SECONDS (0 = forever)]\n";
+    "         [--start-step N] [--duration SECONDS (0 = forever)]\n"
+    "         [--fault-node NAME (this node)] [--fault-gpu 3]\n"
+    "         [--fault-at-step N | --fault-at SECONDS (kind default, 120)]\n"
+    "  SCENARIO: healthy, a fault kind or FILE.json; kinds:\n";
 
 // Seconds the agent keeps trying to deliver pending batches on exit.
 constexpr double kFlushSeconds = 5.0;
 
+void PrintUsage(std::FILE* f) {
+  std::fputs(kUsage, f);
+  for (const std::string& kind : vigil::agent::FaultKindNames()) {
+    std::string help(vigil::agent::FaultKindHelp(kind));
+    std::fprintf(f, "    %-20s %s\n", kind.c_str(), help.c_str());
+  }
+}
+
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "vigil-agent: %s\n%s", message.c_str(), kUsage);
+  std::fprintf(stderr, "vigil-agent: %s\n", message.c_str());
+  PrintUsage(stderr);
   return 2;
 }
 
@@ -40,14 +60,15 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {
-      {"server", ""},      {"node", ""},        {"job", "llama-70b"},
-      {"gpus", "8"},       {"interval", "1.0"}, {"seed", "1"},
-      {"start-step", "0"}, {"duration", "0"}};
+      {"server", ""},      {"node", ""},          {"job", "llama-70b"},
+      {"gpus", "8"},       {"interval", "1.0"},   {"seed", "1"},
+      {"start-step", "0"}, {"duration", "0"},     {"fault-node", ""},
+      {"fault-gpu", ""},   {"fault-at-step", ""}, {"fault-at", ""}};
   std::string simulate;  // empty: not given
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
+      PrintUsage(stdout);
       return 0;
     }
     if (arg.rfind("--", 0) != 0) return Fail("unexpected argument " + arg);
@@ -75,9 +96,6 @@ int main(int argc, char** argv) {
   if (simulate.empty()) {
     return Fail("only simulated nodes are supported yet: pass --simulate");
   }
-  if (simulate != "healthy") {
-    return Fail("unknown scenario '" + simulate + "' (known: healthy)");
-  }
   int gpus = 0;
   double interval = 0, duration = 0;
   uint64_t seed = 0;
@@ -92,6 +110,41 @@ int main(int argc, char** argv) {
         "--start-step");
   }
 
+  vigil::agent::FaultOverrides overrides;
+  if (!flags["fault-node"].empty()) overrides.node = flags["fault-node"];
+  int fault_gpu = 0;
+  int64_t fault_step = 0;
+  double fault_at = 0;
+  if (!flags["fault-gpu"].empty()) {
+    if (!absl::SimpleAtoi(flags["fault-gpu"], &fault_gpu)) {
+      return Fail("bad --fault-gpu");
+    }
+    overrides.gpu = fault_gpu;
+  }
+  if (!flags["fault-at-step"].empty()) {
+    if (!absl::SimpleAtoi(flags["fault-at-step"], &fault_step) ||
+        fault_step < 0) {
+      return Fail("bad --fault-at-step");
+    }
+    overrides.at_step = fault_step;
+  }
+  if (!flags["fault-at"].empty()) {
+    if (!absl::SimpleAtod(flags["fault-at"], &fault_at) || fault_at < 0) {
+      return Fail("bad --fault-at");
+    }
+    overrides.at_seconds = fault_at;
+  }
+  absl::StatusOr<vigil::agent::ScenarioSpec> spec =
+      vigil::agent::ScenarioSpecFromArg(simulate);
+  if (!spec.ok()) return Fail(std::string(spec.status().message()));
+  absl::Status resolved = vigil::agent::ResolveFaultDefaults(
+      overrides, flags["node"], {}, gpus, gpus, &*spec);
+  if (!resolved.ok()) return Fail(std::string(resolved.message()));
+  absl::StatusOr<std::vector<vigil::agent::ResolvedFault>> faults =
+      vigil::agent::ResolveFaults(*spec, seed);
+  if (!faults.ok()) return Fail(std::string(faults.status().message()));
+  vigil::agent::FaultScenario scenario(*faults, flags["node"]);
+
   vigil::agent::SimulatorOptions sim_options;
   sim_options.node = flags["node"];
   sim_options.job = flags["job"];
@@ -99,8 +152,9 @@ int main(int argc, char** argv) {
   sim_options.nics = gpus;
   sim_options.seed = seed;
   sim_options.start_step = start_step;
+  vigil::agent::AdjustJobOptions(*faults, &sim_options);
   absl::StatusOr<vigil::agent::Simulator> sim =
-      vigil::agent::Simulator::Create(sim_options);
+      vigil::agent::Simulator::Create(sim_options, &scenario);
   if (!sim.ok()) return Fail(std::string(sim.status().message()));
 
   vigil::agent::StreamClientOptions client_options;
@@ -139,6 +193,24 @@ int main(int argc, char** argv) {
                "simulated %d-GPU node to %s every %gs\n",
                flags["node"].c_str(), (*client)->agent_instance().c_str(),
                sim->series().size(), gpus, flags["server"].c_str(), interval);
+  for (const vigil::agent::ResolvedFault& f : *faults) {
+    const vigil::agent::FaultSpec& s = f.spec;
+    std::string when =
+        s.at_step.has_value()
+            ? "at step " + std::to_string(*s.at_step)
+            : "after " + std::to_string(static_cast<int>(*s.at_seconds)) + " s";
+    std::string where = vigil::agent::IsNodeFault(f)
+                            ? s.node + " gpu " + std::to_string(*s.gpu) +
+                                  (s.dev.empty() ? "" : " " + s.dev)
+                            : "the whole job";
+    std::fprintf(stderr,
+                 "vigil-agent: scenario %s: %s on %s %s (magnitude %g)%s\n",
+                 spec->name.c_str(), s.kind.c_str(), where.c_str(),
+                 when.c_str(), f.magnitude,
+                 vigil::agent::IsNodeFault(f) && s.node != flags["node"]
+                     ? " (job-wide effects only here)"
+                     : "");
+  }
   absl::Status status = runner.Run();
   if (!status.ok()) {
     std::fprintf(stderr, "vigil-agent: %s\n", status.ToString().c_str());

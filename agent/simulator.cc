@@ -189,8 +189,10 @@ constexpr double kNicForward = 1.5e9, kNicBackward = 42e9,
 // Dataloader reads per step and node, in 128 KiB requests.
 constexpr double kDiskBytesPerStep = 6.0 * 1048576, kDiskRequest = 131072,
                  kDiskSecondsPerRead = 0.00018;
-// Power under BF16 load and while checkpointing, watts.
-constexpr double kPowerTrain = 655, kPowerCheckpoint = 135;
+// Power under BF16 load, while checkpointing, spinning in a collective
+// (NCCL kernels poll: utilization reads ~100 %) and idle, watts.
+constexpr double kPowerTrain = 655, kPowerCheckpoint = 135, kPowerBarrier = 88,
+                 kPowerIdle = 72;
 constexpr double kMaxSmClock = 1980;
 // Framebuffer held by the CUDA context and NCCL, outside PyTorch's cache.
 constexpr double kContextBytes = 612.0 * 1048576;
@@ -254,8 +256,9 @@ Simulator::Simulator(SimulatorOptions options, const Scenario* scenario)
     : options_(std::move(options)),
       scenario_(scenario),
       node_seed_(SplitMix64(options_.seed ^ HashName(options_.node))),
+      job_seed_(
+          SplitMix64(options_.seed ^ HashName(options_.job) ^ 0x5bd1e995ULL)),
       rng_(node_seed_),
-      node_speed_(std::exp(0.01 * StepGauss(-1, 0))),
       progress_(static_cast<double>(options_.start_step)) {
   for (int g = 0; g < options_.gpus; ++g) {
     GpuConst c;
@@ -302,18 +305,18 @@ double Simulator::Gauss() {
 }
 
 double Simulator::StepGauss(int64_t step, uint64_t which) const {
-  uint64_t h = SplitMix64(node_seed_ ^ SplitMix64(static_cast<uint64_t>(step)) ^
+  uint64_t h = SplitMix64(job_seed_ ^ SplitMix64(static_cast<uint64_t>(step)) ^
                           (which * 0x632be59bd9b4e019ULL));
   return NormalFrom(ToUnit(h), ToUnit(SplitMix64(h)));
 }
 
 double Simulator::StepSeconds(int64_t step) const {
-  return options_.step_seconds * node_speed_ *
-         std::exp(0.015 * StepGauss(step, 1));
+  return options_.step_seconds * std::exp(0.015 * StepGauss(step, 1));
 }
 
 TrainTick Simulator::TrainAt(int64_t step) const {
   TrainTick t;
+  t.step = step;
   double s = static_cast<double>(step);
   // Power-law decrease from ~ln(vocab) towards an irreducible loss.
   t.loss = (1.6 + 9.0 * std::pow(1.0 + s / 50.0, -0.35)) *
@@ -334,36 +337,59 @@ TrainTick Simulator::TrainAt(int64_t step) const {
   return t;
 }
 
-void Simulator::Advance(double dt, double speed, double* train_s,
-                        double* backward_s, double* checkpoint_s) {
-  double remaining = dt;
+TickTime Simulator::Advance(const ScenarioContext& ctx) {
+  TickTime time;
+  time.dt = ctx.dt;
+  double speed =
+      scenario_ != nullptr ? std::max(0.0, scenario_->StepSpeed(ctx)) : 1.0;
+  double share = speed < 1 && scenario_ != nullptr
+                     ? std::clamp(scenario_->BarrierShare(ctx), 0.0, 1.0)
+                     : 1.0;
+  double remaining = ctx.dt;
   while (remaining > 1e-12) {
     if (checkpoint_left_ > 0) {
       double c = std::min(remaining, checkpoint_left_);
       checkpoint_left_ -= c;
-      *checkpoint_s += c;
+      time.checkpoint_s += c;
       remaining -= c;
       continue;
     }
+    if (stall_.seconds > 0) {
+      double w = std::min(remaining, stall_.seconds);
+      stall_.seconds -= w;
+      (stall_.own_data ? time.data_s : time.barrier_s) += w;
+      step_wall_ += w;
+      if (stall_.own_data) step_data_ += w;
+      remaining -= w;
+      continue;
+    }
     if (speed <= 0) {  // hung: time passes at the barrier, no progress
-      *train_s += remaining;
-      return;
+      time.barrier_s += remaining;
+      return time;
     }
     double whole = std::floor(progress_);
     double frac = progress_ - whole;
-    double step_len = StepSeconds(static_cast<int64_t>(whole)) / speed;
+    double full_len = StepSeconds(static_cast<int64_t>(whole));
+    double step_len = full_len / speed;
     double to_boundary = (1.0 - frac) * step_len;
     double t = std::min(remaining, to_boundary);
     double end = frac + t / step_len;
-    *backward_s +=
+    time.backward_work_s +=
         (std::max(end, kBackwardStart) - std::max(frac, kBackwardStart)) *
-        step_len;
-    *train_s += t;
+        full_len;
+    time.work_s += t * speed;
+    time.barrier_s += t * (1.0 - speed) * share;
+    time.compute_s += t * (1.0 - (1.0 - speed) * share);
+    step_wall_ += t;
     remaining -= t;
     if (t < to_boundary) {
       progress_ = whole + end;
       continue;
     }
+    measured_step_ = static_cast<int64_t>(whole);
+    measured_wall_ = step_wall_;
+    measured_data_ = step_data_;
+    step_wall_ = step_data_ = 0;
     progress_ = whole + 1.0;
     int64_t step = static_cast<int64_t>(progress_);
     if (options_.checkpoint_every_steps > 0 &&
@@ -373,23 +399,28 @@ void Simulator::Advance(double dt, double speed, double* train_s,
       checkpoint_left_ = options_.checkpoint_seconds *
                          (1.0 + 0.1 * std::abs(StepGauss(step, 5)));
     }
+    if (scenario_ != nullptr) stall_ = scenario_->StallBefore(ctx, step);
   }
+  return time;
 }
 
-NodeTick Simulator::Healthy(double ts, double dt, double train_s,
-                            double backward_s, double checkpoint_s) {
+NodeTick Simulator::Healthy(double ts, const TickTime& time) {
   NodeTick tick;
   tick.ts = ts;
   tick.step = static_cast<int64_t>(std::floor(progress_));
-  // Fractions of the tick spent training and checkpointing; the first tick
-  // reports the state at its instant.
-  double ft, fc;
-  if (dt > 0) {
-    ft = train_s / dt;
-    fc = checkpoint_s / dt;
+  tick.time = time;
+  // Fractions of the tick spent computing, spinning at a barrier, idle for
+  // data and checkpointing; the first tick reports the state at its instant.
+  double fw, fb, fd, fc;
+  if (time.dt > 0) {
+    fw = time.compute_s / time.dt;
+    fb = time.barrier_s / time.dt;
+    fd = time.data_s / time.dt;
+    fc = time.checkpoint_s / time.dt;
   } else {
     fc = checkpoint_left_ > 0 ? 1.0 : 0.0;
-    ft = 1.0 - fc;
+    fw = 1.0 - fc;
+    fb = fd = 0;
   }
   double step_s = StepSeconds(tick.step);
 
@@ -398,20 +429,25 @@ NodeTick Simulator::Healthy(double ts, double dt, double train_s,
     GpuTick gpu;
     double p_train = kPowerTrain + c.power_offset_watts + 6.0 * Gauss();
     double p_ckpt = kPowerCheckpoint + c.power_offset_watts / 4 + 8.0 * Gauss();
-    gpu.power_watts = ft * p_train + fc * p_ckpt;
+    double p_wait = kPowerBarrier + c.power_offset_watts / 8 + 3.0 * Gauss();
+    double p_idle = kPowerIdle + c.power_offset_watts / 8 + 2.0 * Gauss();
+    gpu.busy_power_watts = std::min(p_train, options_.power_limit_watts);
+    gpu.power_watts = fw * p_train + fb * p_wait + fd * p_idle + fc * p_ckpt;
     gpu.sm_clock_mhz = kMaxSmClock;
     if (gpu.power_watts > options_.power_limit_watts) {
       gpu.power_watts = options_.power_limit_watts - 2.0 * Uniform();
       gpu.throttle_reasons |= 0x4;
       gpu.sm_clock_mhz = kMaxSmClock - 15.0 * (1 + std::floor(3 * Uniform()));
     }
-    gpu.utilization =
-        std::min(1.0, ft * (0.97 + 0.035 * Uniform()) + fc * 0.15 * Uniform());
+    gpu.utilization = std::min(
+        1.0, fw * (0.97 + 0.035 * Uniform()) + fb * (0.99 + 0.02 * Uniform()) +
+                 fd * 0.03 * Uniform() + fc * 0.15 * Uniform());
     double target =
         28.0 + 0.058 * gpu.power_watts + c.temperature_offset_celsius;
     double& temp = gpu_temp_[g];
-    temp =
-        dt > 0 ? temp + (target - temp) * (1.0 - std::exp(-dt / 30.0)) : target;
+    temp = time.dt > 0
+               ? temp + (target - temp) * (1.0 - std::exp(-time.dt / 30.0))
+               : target;
     gpu.temperature_celsius = temp + 0.4 * Gauss();
     gpu.memory_temperature_celsius =
         temp + c.memory_temperature_offset_celsius + 0.4 * Gauss();
@@ -422,10 +458,10 @@ NodeTick Simulator::Healthy(double ts, double dt, double train_s,
     gpu.torch_reserved_bytes = gpu.memory_used_bytes - kContextBytes;
     gpu.torch_allocated_bytes =
         gpu.torch_reserved_bytes *
-        (ft * (0.86 + 0.08 * Uniform()) + fc * (0.84 + 0.01 * Uniform()));
-    double nv = (train_s * kNvlinkForward +
-                 backward_s * (kNvlinkBackward - kNvlinkForward) +
-                 checkpoint_s * kNvlinkCheckpoint) *
+        ((1 - fc) * (0.86 + 0.08 * Uniform()) + fc * (0.84 + 0.01 * Uniform()));
+    double nv = (time.work_s * kNvlinkForward +
+                 time.backward_work_s * (kNvlinkBackward - kNvlinkForward) +
+                 time.checkpoint_s * kNvlinkCheckpoint) *
                 (1.0 + 0.02 * Gauss());
     gpu.nvlink_tx_bytes = std::max(0.0, nv);
     gpu.nvlink_rx_bytes = std::max(0.0, nv * (1.0 + 0.005 * Gauss()));
@@ -433,10 +469,10 @@ NodeTick Simulator::Healthy(double ts, double dt, double train_s,
   }
   for (int n = 0; n < options_.nics; ++n) {
     NicTick nic;
-    double bytes =
-        (train_s * kNicForward + backward_s * (kNicBackward - kNicForward) +
-         checkpoint_s * kNicCheckpoint) *
-        (1.0 + 0.03 * Gauss());
+    double bytes = (time.work_s * kNicForward +
+                    time.backward_work_s * (kNicBackward - kNicForward) +
+                    time.checkpoint_s * kNicCheckpoint) *
+                   (1.0 + 0.03 * Gauss());
     nic.tx_bytes = std::max(0.0, bytes);
     nic.rx_bytes = std::max(0.0, bytes * (1.0 + 0.01 * Gauss()));
     tick.nics.push_back(nic);
@@ -444,7 +480,7 @@ NodeTick Simulator::Healthy(double ts, double dt, double train_s,
   for (size_t d = 0; d < options_.disks.size(); ++d) {
     DiskTick disk;
     disk.read_bytes =
-        std::max(0.0, train_s / step_s * kDiskBytesPerStep /
+        std::max(0.0, time.work_s / step_s * kDiskBytesPerStep /
                           options_.disks.size() * (1.0 + 0.1 * Gauss()));
     double reads = disk.read_bytes / kDiskRequest;
     disk.reads = static_cast<uint64_t>(std::floor(reads + Uniform()));
@@ -454,6 +490,15 @@ NodeTick Simulator::Healthy(double ts, double dt, double train_s,
   }
   // The training process reports its last completed step.
   tick.train = TrainAt(std::max<int64_t>(options_.start_step, tick.step - 1));
+  if (tick.train.step == measured_step_) {  // timed here: as it really ran
+    TrainTick& t = tick.train;
+    t.step_time_seconds = measured_wall_;
+    t.dataloader_wait_seconds += measured_data_;
+    t.tokens_per_second =
+        options_.tokens_per_step_per_gpu * options_.gpus / measured_wall_;
+    t.mfu_ratio = t.tokens_per_second * 6.0 * options_.model_params /
+                  (options_.gpus * options_.peak_flops_per_gpu);
+  }
   tick.train.phase = checkpoint_left_ > 0 ? 1 : 0;
   return tick;
 }
@@ -484,12 +529,9 @@ std::optional<SimFrame> Simulator::Tick(double ts) {
     dt = ts - last_ts_;
     last_ts_ = ts;
   }
-  ScenarioContext ctx{&options_, ts, ts - start_ts_,
+  ScenarioContext ctx{&options_, ts, ts - start_ts_, dt,
                       static_cast<int64_t>(std::floor(progress_))};
-  double speed = scenario_ != nullptr ? scenario_->StepSpeed(ctx) : 1.0;
-  double train_s = 0, backward_s = 0, checkpoint_s = 0;
-  Advance(dt, speed, &train_s, &backward_s, &checkpoint_s);
-  NodeTick tick = Healthy(ts, dt, train_s, backward_s, checkpoint_s);
+  NodeTick tick = Healthy(ts, Advance(ctx));
   if (scenario_ != nullptr) {
     ctx.step = tick.step;
     scenario_->Apply(ctx, &tick);

@@ -34,8 +34,9 @@ struct SimulatorOptions {
   uint64_t seed = 1;
   // Training step the node is on at the first tick (a resumed job > 0).
   int64_t start_step = 0;
-  // Mean seconds per training step on this node (noise and a per-node
-  // factor of about +-1 % are added).
+  // Mean seconds per training step (noise is added). Step timing, loss and
+  // grad norm depend on (seed, job) only: every node of a synchronous job
+  // steps in lockstep and reports the same training readings.
   double step_seconds = 1.7;
   // Tokens each GPU's rank processes per step.
   double tokens_per_step_per_gpu = 2048;
@@ -64,6 +65,9 @@ struct SimulatorOptions {
 // integrated over the tick: *_bytes and *_errors fields are increments.
 struct GpuTick {
   bool present = true;  // false: the GPU is gone and reports nothing
+  // Board power this GPU would draw computing at full clock for the whole
+  // tick (already capped). Scenarios derive a straggler's power from it.
+  double busy_power_watts = 0;
   double utilization = 0;
   double power_watts = 0;
   double temperature_celsius = 0;
@@ -106,6 +110,7 @@ struct DiskTick {
 
 // Training-process readings of the last completed step.
 struct TrainTick {
+  int64_t step = 0;  // the completed step these readings describe
   double loss = 0;
   double grad_norm = 0;
   double tokens_per_second = 0;
@@ -116,12 +121,27 @@ struct TrainTick {
   int phase = 0;                     // 0 train, 1 checkpoint, 2 eval
 };
 
+// How the seconds of one tick were spent. compute_s + barrier_s + data_s +
+// checkpoint_s = dt (except on the first tick, where dt = 0).
+struct TickTime {
+  double dt = 0;            // seconds since the previous tick
+  double compute_s = 0;     // GPUs busy computing
+  double barrier_s = 0;     // GPUs spinning in a collective for a slower rank
+  double data_s = 0;        // GPUs idle, waiting for this node's dataloader
+  double checkpoint_s = 0;  // writing a checkpoint
+  // Full-speed-equivalent seconds of training progress (drives traffic and
+  // disk reads), and the part of it in the backward pass.
+  double work_s = 0;
+  double backward_work_s = 0;
+};
+
 // Everything the node reports at one tick, before counters are accumulated
 // and values quantized. A Scenario edits this.
 struct NodeTick {
   double ts = 0;
   int64_t step = 0;
   bool node_up = true;  // false: the node sends no frame this tick
+  TickTime time;
   std::vector<GpuTick> gpus;
   std::vector<NicTick> nics;
   std::vector<DiskTick> disks;
@@ -131,23 +151,49 @@ struct NodeTick {
 // Where a tick is, for a Scenario deciding what to change.
 struct ScenarioContext {
   const SimulatorOptions* options = nullptr;
-  double ts = 0;
+  double ts = 0;  // end of the tick
   double seconds_since_start = 0;
+  double dt = 0;  // length of the tick (0 on the first)
   int64_t step = 0;
+};
+
+// A wait inserted before a step's compute starts.
+struct StepStall {
+  double seconds = 0;
+  // True: this node waits for its own dataloader (GPUs idle, the step's
+  // train_dataloader_wait_seconds grows). False: it waits in the gradient
+  // all-reduce for a slower node (GPUs spin in NCCL, utilization stays up).
+  bool own_data = false;
 };
 
 // A modification of healthy behaviour (a fault, a slow node). The simulator
 // asks it how fast training progresses, then lets it edit the healthy tick
 // before counters are accumulated, so counters stay monotonic whatever it
-// does. Implementations must be deterministic; called from one thread.
+// does. Each simulator calls StepSpeed, BarrierShare, StallBefore and Apply
+// in tick order, so an implementation may keep state (mutable) as long as it
+// stays deterministic; one instance per simulator, used from one thread.
 class Scenario {
  public:
   virtual ~Scenario() = default;
-  // Factor on training speed for the tick starting at `ctx` (1 healthy,
+  // Factor on training speed for the tick ending at `ctx` (1 healthy,
   // 0 hung, 0.7 = steps take 1/0.7 as long).
   virtual double StepSpeed(const ScenarioContext& ctx) const {
     (void)ctx;
     return 1.0;
+  }
+  // Of the time lost to a speed below 1, the fraction GPUs spend spinning
+  // at a barrier (a straggler elsewhere, a hung ring: power near idle,
+  // utilization high) rather than computing more slowly. Default 1.
+  virtual double BarrierShare(const ScenarioContext& ctx) const {
+    (void)ctx;
+    return 1.0;
+  }
+  // A wait before step `step` computes (a dataloader stall). Default none.
+  virtual StepStall StallBefore(const ScenarioContext& ctx,
+                                int64_t step) const {
+    (void)ctx;
+    (void)step;
+    return {};
   }
   // Edits the healthy readings of the tick in place. Must not resize the
   // gpus/nics/disks vectors: a missing GPU is `present = false`.
@@ -198,17 +244,15 @@ class Simulator {
 
   Simulator(SimulatorOptions options, const Scenario* scenario);
   void BuildCatalogue();
-  // Moves training forward by `dt` seconds at `speed`; fills the seconds
-  // spent training, in the backward pass, and checkpointing.
-  void Advance(double dt, double speed, double* train_s, double* backward_s,
-               double* checkpoint_s);
-  NodeTick Healthy(double ts, double dt, double train_s, double backward_s,
-                   double checkpoint_s);
+  // Moves training forward by ctx.dt seconds; returns how they were spent.
+  TickTime Advance(const ScenarioContext& ctx);
+  NodeTick Healthy(double ts, const TickTime& time);
   // Seconds step `step` takes on this node at full speed.
   double StepSeconds(int64_t step) const;
   // Training readings of completed step `step`.
   TrainTick TrainAt(int64_t step) const;
-  // A standard normal draw fixed by (node, step, which).
+  // A standard normal draw fixed by (seed, job, step, which): the same on
+  // every node of the job.
   double StepGauss(int64_t step, uint64_t which) const;
   SimFrame Emit(const NodeTick& tick);
   double Gauss();    // standard normal from rng_
@@ -218,8 +262,8 @@ class Simulator {
   const Scenario* scenario_;
   std::vector<SeriesKey> series_;
   uint64_t node_seed_;
+  uint64_t job_seed_;
   std::mt19937_64 rng_;
-  double node_speed_;  // per-node step-time factor
   std::vector<GpuConst> gpu_const_;
   std::vector<double> gpu_temp_;  // lagged temperatures
   std::vector<double> counters_;  // one per series; gauges unused
@@ -230,6 +274,12 @@ class Simulator {
   double progress_ = 0;         // steps, fractional
   double checkpoint_left_ = 0;  // seconds of checkpoint still to run
   int64_t last_checkpoint_step_ = -1;
+  StepStall stall_;             // remaining wait before the current step
+  double step_wall_ = 0;        // wall seconds of the current step so far
+  double step_data_ = 0;        // of which waiting for data
+  int64_t measured_step_ = -1;  // last step completed while simulated
+  double measured_wall_ = 0;    // its wall seconds (without checkpoint)
+  double measured_data_ = 0;    // its dataloader wait
 };
 
 }  // namespace vigil::agent

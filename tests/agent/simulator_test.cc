@@ -286,12 +286,19 @@ TEST(SimulatorTest, CheckpointStallsStepAndDipsPower) {
   Simulator sim = Make(options);
   std::vector<SimFrame> frames = Ticks(sim, 60);
   int checkpoint_ticks = 0;
+  bool in_checkpoint = false;
   for (const SimFrame& f : frames) {
     std::map<std::string, double> v = ByName(sim, f);
     if (v.at("train_phase") != 1) continue;
     ++checkpoint_ticks;
     EXPECT_EQ(f.step, 1000);
-    for (int g = 0; g < 8; ++g) EXPECT_LT(v.at(Gpu("gpu_power_watts", g)), 300);
+    // The tick the checkpoint starts in may still be mostly training.
+    if (in_checkpoint) {
+      for (int g = 0; g < 8; ++g) {
+        EXPECT_LT(v.at(Gpu("gpu_power_watts", g)), 300);
+      }
+    }
+    in_checkpoint = true;
   }
   EXPECT_GE(checkpoint_ticks, 4);
   EXPECT_LE(checkpoint_ticks, 9);
