@@ -1,7 +1,7 @@
 // Bad input on Ingest.Stream: every case ends the stream with the right
 // status and message, is counted by reason, applies nothing of the bad
-// batch and loses nothing acked before it. (Invalid UTF-8 in a string
-// field never reaches the service: protobuf's parser refuses the message.)
+// batch and loses nothing acked before it. Text fields are proto `bytes`, so
+// invalid UTF-8 reaches the service and is refused with a reason.
 #include <cmath>
 #include <functional>
 #include <string>
@@ -206,6 +206,18 @@ INSTANTIATE_TEST_SUITE_P(
                      [](v1::FrameBatch* b) { b->mutable_frames(1)->set_job(""); },
                      RejectReason::kBadJob, "batch 2 frame 1: empty job name",
                      ""},
+        BadInputCase{"JobNotUtf8",
+                     [](v1::FrameBatch* b) {
+                       b->mutable_frames(1)->set_job("llm\xff");
+                     },
+                     RejectReason::kBadJob, "batch 2 frame 1: bad job name: ",
+                     "UTF-8"},
+        BadInputCase{"LabelValueNotUtf8",
+                     [](v1::FrameBatch* b) {
+                       SetLabel(b->mutable_series(0), "dev", "mlx5_\xc3");
+                     },
+                     RejectReason::kBadSeriesDef, "batch 2 series 0 (id 3): ",
+                     "UTF-8"},
         BadInputCase{"SeqRepeated",
                      [](v1::FrameBatch* b) { b->set_seq(1); },
                      RejectReason::kSeqNotIncreasing,
@@ -249,6 +261,12 @@ INSTANTIATE_TEST_SUITE_P(
                      [](v1::FrameBatch* b) { b->mutable_hello()->set_node(""); },
                      RejectReason::kBadHello, "batch 1: hello: bad node name: ",
                      "empty value"},
+        BadInputCase{"NodeNotUtf8",
+                     [](v1::FrameBatch* b) {
+                       b->mutable_hello()->set_node("n\xfe1");
+                     },
+                     RejectReason::kBadHello, "batch 1: hello: bad node name: ",
+                     "UTF-8"},
         BadInputCase{"EmptyAgentInstance",
                      [](v1::FrameBatch* b) {
                        b->mutable_hello()->set_agent_instance("");
