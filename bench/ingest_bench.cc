@@ -314,8 +314,8 @@ int main(int argc, char** argv) {
   std::printf(
       "nodes=%d frames/node=%d batch_frames=%d window=%d samples=%lu\n"
       "server_cpu_s=%.3f wall_s=%.3f samples_per_cpu_s=%.0f samples_per_wall_s=%.0f\n"
-      "ack_latency_ms p50=%.2f p99=%.2f\n"
-      "query_1h points=%zu ms p50=%.2f p99=%.2f\n"
+      "ack_p50_ms=%.2f ack_p99_ms=%.2f\n"
+      "query_points=%zu query_p50_ms=%.3f query_p99_ms=%.3f\n"
       "disk_bytes=%lu bytes_per_sample=%.3f server_rss_mib=%.1f exit=%d stream_ok=%d\n",
       args.nodes, args.frames, args.batch_frames, args.window,
       static_cast<unsigned long>(samples), cpu, wall, samples / cpu, samples / wall,

@@ -1,0 +1,54 @@
+// The detector and the incident engine joined: frames in, incident updates
+// out. The live server (under one lock) and vigil-replay drive the same
+// class, so a recorded trace yields the incidents the server raised.
+#ifndef VIGIL_RULES_PIPELINE_H_
+#define VIGIL_RULES_PIPELINE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/series_key.h"
+#include "detector/detector.h"
+#include "detector/frame.h"
+#include "rules/engine.h"
+#include "rules/incident.h"
+#include "rules/rule.h"
+
+namespace vigil {
+
+// Not thread-safe: one thread (or one lock) drives an instance.
+class DetectionPipeline {
+ public:
+  DetectionPipeline(const DetectorOptions& detector_options, RuleSet rules);
+
+  // Declares series `id`; see Detector::RegisterSeries for errors.
+  absl::Status RegisterSeries(uint32_t id, const SeriesKey& key);
+  // True if `id` was registered.
+  bool HasSeries(uint32_t id) const;
+
+  // Moves time to frame.ts (liveness checks), consumes the frame, and
+  // appends the incident updates it caused to `out`.
+  void ProcessFrame(const FrameView& frame, std::vector<IncidentUpdate>* out);
+
+  // Moves time to `ts` without a frame (the live server's clock tick) and
+  // appends silences, hangs and auto-resolutions that fell due to `out`.
+  void AdvanceTime(double ts, std::vector<IncidentUpdate>* out);
+
+  // Every incident so far, open and resolved.
+  std::vector<Incident> Incidents() const { return engine_.Incidents(); }
+  DetectorStats detector_stats() const { return detector_.stats(); }
+
+ private:
+  // Feeds pending anomalies to the engine and resolves what fell due.
+  void Drain(double ts, std::vector<IncidentUpdate>* out);
+
+  Detector detector_;
+  IncidentEngine engine_;
+  std::vector<Anomaly> anomalies_;  // reused between calls
+  double last_engine_advance_ = 0;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_RULES_PIPELINE_H_
