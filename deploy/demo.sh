@@ -43,25 +43,46 @@ done
 curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/null || {
   echo "demo: server did not come up; see $data/server.log" >&2; tail -20 "$data/server.log" >&2; exit 1; }
 
-for i in $(seq 1 "$nodes"); do
-  node=$(printf 'n%03d' "$i")
+# Three jobs, each with a fault injected a minute or two in, so the demo
+# shows Vigil catching them: a thermal throttle (P2, localized to n003 GPU 5)
+# in a 4-node job, packet loss that turns into an NCCL hang (P1 rising to P0)
+# in a 2-node job, and a NaN loss (P0) in a 1-node job.
+start_agent() {  # node job scenario fault-node extra...
+  local node=$1 job=$2 scenario=$3 fault_node=$4
+  shift 4
   "$bin/agent/vigil-agent" --server "127.0.0.1:$grpc_port" --node "$node" \
-    --job "$job" --seed "$i" --simulate >"$data/agent-$node.log" 2>&1 &
+    --job "$job" --seed 7 --simulate="$scenario" --fault-node "$fault_node" "$@" \
+    >"$data/agent-$node.log" 2>&1 &
   pids+=($!)
+}
+for i in $(seq 1 "$nodes"); do
+  start_agent "$(printf 'n%03d' "$i")" "$job" thermal_throttle n003 --fault-gpu 5 --fault-at 90
 done
+start_agent n101 gpt-moe packet_loss_hang n102 --fault-at 150
+start_agent n102 gpt-moe packet_loss_hang n102 --fault-at 150
+start_agent n201 bert-ft loss_nan n201 --fault-at 60
 
 cat <<MSG
 
-Vigil demo is running: 1 server, $nodes simulated 8-GPU nodes of job "$job".
-  UI:       http://127.0.0.1:$http_port/
-  metrics:  http://127.0.0.1:$http_port/metrics
-  series:   http://127.0.0.1:$http_port/api/v1/series?node=n001&metric=gpu_power_watts
-  query:    http://127.0.0.1:$http_port/api/v1/query?series=0&step=10
-  logs:     $data/*.log
+Vigil demo is running: 1 server; job "$job" on $nodes simulated 8-GPU nodes,
+job "gpt-moe" on 2 nodes, job "bert-ft" on 1 node — each with a fault coming.
+  UI:         http://127.0.0.1:$http_port/
+  incidents:  http://127.0.0.1:$http_port/api/v1/incidents
+  metrics:    http://127.0.0.1:$http_port/metrics
+  series:     http://127.0.0.1:$http_port/api/v1/series?node=n003&metric=gpu_sm_clock_mhz
+  logs:       $data/*.log
+Expect: loss NaN (P0) after ~1 min, thermal throttle on n003 GPU 5 (P2) after
+~2 min, packet loss on n102 (P1) after ~3 min rising to a hang (P0) ~3 min later.
 Ctrl-C to stop.
 MSG
 while true; do
   sleep 10
-  rate=$(curl -sf "http://127.0.0.1:$http_port/metrics" | awk '/^vigil_ingest_samples_total /{print $2}')
-  echo "$(date +%T) samples ingested: ${rate:-?}"
+  total=$(curl -sf "http://127.0.0.1:$http_port/metrics" | awk '/^vigil_ingest_samples_total /{print $2}')
+  echo "$(date +%T) samples ingested: ${total:-?}"
+  curl -sf "http://127.0.0.1:$http_port/api/v1/incidents?state=all" | python3 -c '
+import json, sys
+for i in json.load(sys.stdin).get("incidents", []):
+    where = (i.get("node") or "job-wide") + ("" if i.get("gpu") is None else " gpu %d" % i["gpu"])
+    print("   %s %-3s %-24s %-10s %-14s %s" % (i["id"], i["severity"], i["kind"], i["job"], where, i["summary"]))
+' 2>/dev/null || true
 done
