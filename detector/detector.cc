@@ -278,6 +278,7 @@ void Detector::ProcessFrame(const FrameView& frame, std::vector<Anomaly>* out) {
 
 void Detector::AdvanceTime(double ts, std::vector<Anomaly>* out) {
   Impl& m = *impl_;
+  m.clock = std::max(m.clock, ts);
   if (ts < m.next_scan) return;
   m.next_scan = ts + m.opt.liveness.check_interval_s;
   m.out = out;
@@ -290,7 +291,7 @@ void Detector::AdvanceTime(double ts, std::vector<Anomaly>* out) {
 void Detector::Impl::UpdatePhase(NodeState& n, JobState& j, uint32_t node) {
   const PhaseOptions& po = opt.phase;
   const bool phase_benign = n.phase == 1 || n.phase == 2;
-  if (phase_benign) j.benign_phase_ts = ts;
+  if (phase_benign) j.benign_phase_ts = seen;
   scratch.clear();
   for (uint32_t g : n.gpus) {
     const GpuState& gs = gpus[g];

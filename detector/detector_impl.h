@@ -105,7 +105,8 @@ struct NodeState {
   uint32_t job = kNone;
   bool retired = false;  // the node now reports another job
   bool silent = false;
-  double last_ts = kNaN;
+  double last_ts = kNaN;    // data time of the last frame (intervals)
+  double last_seen = kNaN;  // detection time it was processed (silence)
   double interval = kNaN;
   int64_t frames = 0;
   int64_t gpu_frames = 0;
@@ -207,6 +208,12 @@ struct Detector::Impl {
   std::vector<uint32_t> touched;
   std::vector<double> scratch;
   double next_scan = -detector_internal::kInf;
+  // The latest AdvanceTime: detection time. Liveness judges a frame by
+  // max(its ts, clock), so frames an agent resends after an outage, which
+  // carry old timestamps, count as signs of life when they arrive.
+  double clock = -detector_internal::kInf;
+  // max(ts, clock) for the frame being processed.
+  double seen = 0;
   DetectorStats stats;
   // Context of the call in progress.
   std::vector<Anomaly>* out = nullptr;

@@ -28,8 +28,10 @@ void Detector::Impl::OnFrameTime(NodeState& n, JobState& j, uint32_t node,
     }
   }
   n.last_ts = ts;
+  seen = std::max(ts, clock);
+  n.last_seen = seen;
   j.last_frame_ts =
-      std::isnan(j.last_frame_ts) ? ts : std::max(j.last_frame_ts, ts);
+      std::isnan(j.last_frame_ts) ? seen : std::max(j.last_frame_ts, seen);
   if (n.silent) {
     n.silent = false;
     Emit(AnomalyKind::kNodeSilent, true, node, kNone, kNone, 0);
@@ -39,7 +41,7 @@ void Detector::Impl::OnFrameTime(NodeState& n, JobState& j, uint32_t node,
   const int64_t step_now = *frame.step;
   if (!j.has_steps) {
     j.has_steps = true;
-    j.last_progress_ts = ts;
+    j.last_progress_ts = seen;
   }
   // Any change counts as progress: a restart from a checkpoint goes back.
   if (n.step != kNoStep && step_now != n.step) {
@@ -47,13 +49,14 @@ void Detector::Impl::OnFrameTime(NodeState& n, JobState& j, uint32_t node,
     if (j.hang_raised) {
       j.hang_raised = false;
       Anomaly& a = Emit(AnomalyKind::kJobHang, true, kNone, kNone, kNone,
-                        ts - j.last_progress_ts);
+                        seen - j.last_progress_ts);
       a.job = j.name;
       a.step = step_now;
     } else {
-      j.longest_stall_s = std::max(j.longest_stall_s, ts - j.last_progress_ts);
+      j.longest_stall_s =
+          std::max(j.longest_stall_s, seen - j.last_progress_ts);
     }
-    j.last_progress_ts = ts;
+    j.last_progress_ts = seen;
   } else if (n.step == kNoStep) {
     n.step_moved = true;
   }
@@ -67,7 +70,7 @@ void Detector::Impl::Scan(double now) {
     if (n.retired || n.silent || !std::isfinite(n.interval)) continue;
     const double limit =
         std::max(lo.silent_intervals * n.interval, lo.min_silence_s);
-    const double quiet = now - n.last_ts;
+    const double quiet = now - n.last_seen;
     if (quiet <= limit) continue;
     n.silent = true;
     Anomaly& a = Emit(AnomalyKind::kNodeSilent, false, i, kNone, kNone, quiet);

@@ -585,5 +585,41 @@ TEST(LivenessTest, NodeChangingJobIsNotSilent) {
   for (const Anomaly& x : out) ADD_FAILURE() << Describe(x);
 }
 
+// After a server restart every agent resends its backlog at once, at its
+// own pace: n1's catch-up races to the present while n2's frames still carry
+// times 400 s old. A frame counts as a sign of life when it is processed
+// (detection time = the server's clock), so n2 does not look silent and the
+// resent steps do not look like a hang.
+TEST(LivenessTest, CatchUpAfterRestartIsNotSilenceOrHang) {
+  Detector d;
+  SeriesKey k1{"gpu_power_watts", {{"gpu", "0"}, {"job", "j"}, {"node", "n1"}}};
+  SeriesKey k2{"gpu_power_watts", {{"gpu", "0"}, {"job", "j"}, {"node", "n2"}}};
+  ASSERT_TRUE(d.RegisterSeries(0, k1).ok());
+  ASSERT_TRUE(d.RegisterSeries(1, k2).ok());
+  std::vector<Anomaly> out;
+  const double v = 500;
+  auto send = [&](uint32_t id, int i) {
+    FrameView f{id == 0 ? "n1" : "n2", "j", i, 1000.0 + i, {&id, 1}, {&v, 1}};
+    d.AdvanceTime(f.ts, &out);  // as the pipeline does before each frame
+    d.ProcessFrame(f, &out);
+  };
+  // Server time runs from 1700 to 1710 while 700 s of backlog arrive; n1
+  // sends three frames for each of n2's.
+  int i1 = 0, i2 = 0;
+  for (int k = 0; i2 < 700; ++k) {
+    d.AdvanceTime(1700.0 + k / 100.0, &out);  // the server's clock tick
+    for (int r = 0; r < 3 && i1 < 700; ++r) send(0, i1++);
+    send(1, i2++);
+  }
+  for (const Anomaly& x : out) ADD_FAILURE() << Describe(x);
+  // Real silence is still caught afterwards.
+  d.AdvanceTime(1760, &out);
+  std::vector<std::string> events;
+  for (const Anomaly& a : out) events.push_back(Describe(a));
+  ASSERT_EQ(out.size(), 2u) << testing::PrintToString(events);
+  EXPECT_EQ(out[0].kind, AnomalyKind::kNodeSilent);
+  EXPECT_EQ(out[1].kind, AnomalyKind::kNodeSilent);
+}
+
 }  // namespace
 }  // namespace vigil
