@@ -123,6 +123,13 @@ bool ValidListenAddress(const std::string& address) {
          port <= 65535;
 }
 
+// Every line of `text` prefixed with "`path`: ".
+std::string PrefixLines(const std::string& path, absl::string_view text) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  for (auto& line : lines) line = absl::StrCat(path, ": ", line);
+  return absl::StrJoin(lines, "\n");
+}
+
 }  // namespace
 
 absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
@@ -137,7 +144,7 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
   Reader r;
   if (r.CheckObject(root, "", {"data_dir", "memory", "grpc_listen",
                                "http_listen", "web_dir", "storage", "ingest",
-                               "http"})) {
+                               "http", "detection"})) {
     r.String(root, "", "data_dir", &o.data_dir);
     r.Bool(root, "", "memory", &o.memory);
     r.String(root, "", "grpc_listen", &o.grpc_listen);
@@ -177,6 +184,15 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                 &o.max_query_points);
       r.Integer(*it, "http", "threads", 1, 256, 1, &o.http_threads);
     }
+    if (auto it = root.find("detection"); it != root.end() &&
+        r.CheckObject(*it, "detection",
+                      {"enabled", "rules_file", "learn_steps", "k_sigma"})) {
+      r.Bool(*it, "detection", "enabled", &o.detection_enabled);
+      r.String(*it, "detection", "rules_file", &o.rules_file);
+      r.Integer(*it, "detection", "learn_steps", 1, 100'000'000, 1,
+                &o.detector.baseline.learn_steps);
+      r.Positive(*it, "detection", "k_sigma", 1, 100, &o.detector.baseline.k_sigma);
+    }
   }
   if (!r.errors().empty())
     return absl::InvalidArgumentError(absl::StrJoin(r.errors(), "\n"));
@@ -192,9 +208,17 @@ absl::Status LoadServerConfigFile(const std::string& path,
   text << in.rdbuf();
   absl::Status s = ParseServerConfig(text.str(), options);
   if (s.ok()) return s;
-  std::vector<std::string> lines = absl::StrSplit(s.message(), '\n');
-  for (auto& line : lines) line = absl::StrCat(path, ": ", line);
-  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+  return absl::InvalidArgumentError(PrefixLines(path, s.message()));
+}
+
+absl::StatusOr<RuleSet> LoadRuleFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<RuleSet> rules = LoadRuleSet(text.str());
+  if (rules.ok()) return rules;
+  return absl::InvalidArgumentError(PrefixLines(path, rules.status().message()));
 }
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {
@@ -211,6 +235,10 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
     errors.push_back(
         "storage.rollup_retention_days: must not be shorter than "
         "raw_retention_days");
+  if (!(options.detector.baseline.k_sigma > options.detector.baseline.k_clear))
+    errors.push_back(absl::StrCat("detection.k_sigma: must be above the clear "
+                                  "band of ",
+                                  options.detector.baseline.k_clear, " sigmas"));
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
 }

@@ -9,6 +9,9 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "detector/options.h"
+#include "rules/rule.h"
 
 namespace vigil {
 
@@ -22,7 +25,9 @@ namespace vigil {
 //                "block_seconds": 7200, "max_series": 10000000,
 //                "frame_log_checkpoint_mb": 64},
 //    "ingest": {"max_future_skew_seconds": 300, "max_message_mb": 4},
-//    "http": {"max_points": 1000000, "threads": 8}}
+//    "http": {"max_points": 1000000, "threads": 8},
+//    "detection": {"enabled": true, "rules_file": "...",
+//                  "learn_steps": 1000, "k_sigma": 3}}
 struct ServerOptions {
   // Directory of the RocksDB store; required unless `memory`.
   std::string data_dir;
@@ -60,6 +65,18 @@ struct ServerOptions {
   uint64_t max_query_points = 1'000'000;
   // Threads serving HTTP requests.
   int http_threads = 8;
+
+  // Run detection on every accepted frame. When false, stored incidents
+  // are still served but no new ones are raised.
+  bool detection_enabled = true;
+  // JSON rule document applied on top of the built-in catalogue (see
+  // rules/rule.h); empty: the catalogue alone. A file with errors makes
+  // VigilServer::Start() fail.
+  std::string rules_file;
+  // Detector tunables; the config file sets baseline.learn_steps
+  // ("learn_steps") and baseline.k_sigma ("k_sigma"), the rest keep the
+  // defaults of detector/options.h.
+  DetectorOptions detector;
 };
 
 // Applies the JSON config `text` on top of `*options`. On any problem
@@ -72,6 +89,11 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options);
 // kNotFound if it cannot be read; errors are prefixed with the path.
 absl::Status LoadServerConfigFile(const std::string& path,
                                   ServerOptions* options);
+
+// The rule set of the rule document at `path` (see LoadRuleSet).
+// kNotFound if it cannot be read; kInvalidArgument listing every error, one
+// per line, each prefixed with the path and its position.
+absl::StatusOr<RuleSet> LoadRuleFile(const std::string& path);
 
 // Checks the combination of options (e.g. data_dir set unless memory,
 // listen addresses of the form HOST:PORT). kInvalidArgument listing every

@@ -3,11 +3,13 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -18,6 +20,11 @@ using Json = nlohmann::json;
 
 constexpr char kJson[] = "application/json";
 constexpr double kDefaultRangeSeconds = 3600;
+// Incidents listed when no limit is given, and the most one list may hold.
+constexpr size_t kDefaultIncidents = 100;
+constexpr size_t kMaxIncidents = 10'000;
+// Evidence entries kept per incident in a list (the detail has them all).
+constexpr size_t kListEvidence = 5;
 
 void Reply(httplib::Response& res, int status, const Json& body) {
   res.status = status;
@@ -58,6 +65,45 @@ std::string ParseNumber(const httplib::Request& req, const char* name,
     return absl::StrCat("parameter '", name, "': '", text,
                         "' is not a finite number");
   *out = v;
+  return "";
+}
+
+// Reads the parameters of /api/v1/incidents into `*filter`. Returns an
+// error message naming the parameter, or "" on success.
+std::string ParseIncidentFilter(const httplib::Request& req,
+                                IncidentFilter* filter) {
+  if (req.has_param("state")) {
+    std::string state = req.get_param_value("state");
+    if (state == "firing") {
+      filter->state = IncidentState::kFiring;
+    } else if (state == "resolved") {
+      filter->state = IncidentState::kResolved;
+    } else if (state != "all") {
+      return absl::StrCat("parameter 'state': '", state,
+                          "' is not firing, resolved or all");
+    }
+  }
+  if (req.has_param("severity")) {
+    std::string text = req.get_param_value("severity");
+    for (absl::string_view name : absl::StrSplit(text, ',')) {
+      std::optional<Severity> severity =
+          ParseSeverity(std::string_view(name.data(), name.size()));
+      if (!severity)
+        return absl::StrCat("parameter 'severity': '", text,
+                            "' is not a list of P0, P1, P2, P3");
+      filter->severities.push_back(*severity);
+    }
+  }
+  filter->job = req.get_param_value("job");
+  filter->node = req.get_param_value("node");
+  filter->limit = kDefaultIncidents;
+  if (req.has_param("limit")) {
+    std::string text = req.get_param_value("limit");
+    if (!absl::SimpleAtoi(text, &filter->limit) || filter->limit < 1 ||
+        filter->limit > kMaxIncidents)
+      return absl::StrCat("parameter 'limit': '", text,
+                          "' is not an integer in [1, ", kMaxIncidents, "]");
+  }
   return "";
 }
 
@@ -181,6 +227,36 @@ void HttpApi::InstallHandlers() {
                  "Compressed chunks the store has written.");
     AppendSample(&out, "vigil_storage_chunks_flushed_total",
                  stats.chunks_flushed);
+    const DetectionCounters d = o.detection->counters();
+    AppendFamily(&out, "vigil_detector_frames_total", "counter",
+                 "Frames run through detection.");
+    AppendSample(&out, "vigil_detector_frames_total", d.frames);
+    AppendFamily(&out, "vigil_incidents_open", "gauge",
+                 "Firing incidents by severity (stored ones included).");
+    for (size_t i = 0; i < d.open.size(); ++i) {
+      AppendSample(&out,
+                   absl::StrCat("vigil_incidents_open{severity=\"",
+                                std::string(SeverityName(
+                                    static_cast<Severity>(i))),
+                                "\"}"),
+                   d.open[i]);
+    }
+    AppendFamily(&out, "vigil_incident_updates_total", "counter",
+                 "Incident updates by type.");
+    for (size_t i = 0; i < d.updates.size(); ++i) {
+      AppendSample(&out,
+                   absl::StrCat("vigil_incident_updates_total{type=\"",
+                                std::string(UpdateTypeName(
+                                    static_cast<UpdateType>(i))),
+                                "\"}"),
+                   d.updates[i]);
+    }
+    AppendFamily(&out, "vigil_incident_persist_errors_total", "counter",
+                 "Incident events the store failed to write.");
+    AppendSample(&out, "vigil_incident_persist_errors_total", d.persist_errors);
+    AppendFamily(&out, "vigil_incidents_unreadable", "gauge",
+                 "Stored incidents skipped at startup as unreadable.");
+    AppendSample(&out, "vigil_incidents_unreadable", d.unreadable);
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
   });
 
@@ -195,6 +271,31 @@ void HttpApi::InstallHandlers() {
       list.push_back(SeriesJson(info.id, info.key));
     }
     Reply(res, 200, Json{{"series", std::move(list)}});
+  });
+
+  server_->Get("/api/v1/incidents", [&o](const httplib::Request& req,
+                                         httplib::Response& res) {
+    IncidentFilter filter;
+    if (std::string error = ParseIncidentFilter(req, &filter); !error.empty())
+      return ReplyError(res, 400, error);
+    Json list = Json::array();
+    for (Json& incident : o.detection->ListIncidents(filter)) {
+      Json& evidence = incident["evidence"];
+      incident["evidence_total"] = evidence.size();
+      if (evidence.size() > kListEvidence)
+        evidence.erase(evidence.begin() + kListEvidence, evidence.end());
+      list.push_back(std::move(incident));
+    }
+    Reply(res, 200, Json{{"incidents", std::move(list)}});
+  });
+
+  server_->Get(R"(/api/v1/incidents/([A-Za-z0-9_.-]+))",
+               [&o](const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<Json> incident =
+        o.detection->GetIncident(req.matches[1].str());
+    if (!incident.ok())
+      return ReplyError(res, 404, std::string(incident.status().message()));
+    Reply(res, 200, *incident);
   });
 
   server_->Get("/api/v1/query", [&o](const httplib::Request& req,

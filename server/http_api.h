@@ -3,8 +3,12 @@
 //   GET /metrics                 Prometheus text exposition
 //   GET /api/v1/series?job=&node=&metric=
 //   GET /api/v1/query?series=ID&from=&to=&step=
+//   GET /api/v1/incidents?state=firing|resolved|all&severity=P0,P1&job=
+//       &node=&limit=        incidents, newest first
+//   GET /api/v1/incidents/ID one incident with full evidence and timeline
 //   GET /                        files of the web dir (index.html)
-// Bad parameters get 400 with {"error": "..."} naming the parameter.
+// Bad parameters get 400 with {"error": "..."} naming the parameter;
+// unknown ids get 404 with the same form.
 #ifndef VIGIL_SERVER_HTTP_API_H_
 #define VIGIL_SERVER_HTTP_API_H_
 
@@ -16,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "server/detection_service.h"
 #include "server/ingest_metrics.h"
 #include "storage/series_store.h"
 
@@ -30,6 +35,7 @@ struct HttpApiOptions {
   SeriesStore* store = nullptr;           // required
   Clock* clock = nullptr;                 // required: default query range
   const IngestMetrics* metrics = nullptr; // required
+  const DetectionService* detection = nullptr;  // required
   // Directory whose files are served under / ; empty or missing: none.
   std::string web_dir;
   // Most points one query answer may hold; more gets 400 asking for a step.

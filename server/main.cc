@@ -1,9 +1,11 @@
 // vigil-server: flags -> options -> start -> wait for SIGINT/SIGTERM -> stop.
 //
 //   vigil-server --data-dir DIR --grpc-listen HOST:PORT --http-listen HOST:PORT
-//                [--config FILE] [--memory] [--web-dir DIR]
+//                [--config FILE] [--memory] [--web-dir DIR] [--rules FILE]
+//                [--no-detect]
 // Flags override the config file. Port 0 picks a free port; the bound
-// addresses are printed on stdout.
+// addresses are printed on stdout. A bad config or rule file is reported
+// (every error, with its position) and the server exits non-zero.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -17,13 +19,22 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: vigil-server --data-dir DIR --grpc-listen HOST:PORT "
-    "--http-listen HOST:PORT [--config FILE] [--memory] [--web-dir DIR]\n";
+    "--http-listen HOST:PORT [--config FILE] [--memory] [--web-dir DIR]\n"
+    "                    [--rules FILE] [--no-detect]\n"
+    "  --config FILE   JSON config (server/config.h); flags override it\n"
+    "  --memory        keep everything in memory (no data dir)\n"
+    "  --web-dir DIR   serve the web UI from DIR\n"
+    "  --rules FILE    JSON rule document applied on top of the built-in\n"
+    "                  catalogue (rules/rule.h); errors stop the server\n"
+    "  --no-detect     store frames without running detection (stored\n"
+    "                  incidents are still served)\n";
 
-// Parses "--name value", "--name=value" and the switch "--memory" into
-// `flags`. False (after printing why) on anything else.
+// Parses "--name value", "--name=value" and the switches "--memory" and
+// "--no-detect" into `flags`. False (after printing why) on anything else.
 bool ParseFlags(int argc, char** argv, std::map<std::string, std::string>* flags) {
   static const char* const kValued[] = {"data-dir", "grpc-listen",
-                                        "http-listen", "config", "web-dir"};
+                                        "http-listen", "config", "web-dir",
+                                        "rules"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") return false;
@@ -39,7 +50,7 @@ bool ParseFlags(int argc, char** argv, std::map<std::string, std::string>* flags
       name.resize(eq);
       has_value = true;
     }
-    if (name == "memory" && !has_value) {
+    if ((name == "memory" || name == "no-detect") && !has_value) {
       (*flags)[name] = "true";
       continue;
     }
@@ -84,6 +95,8 @@ int main(int argc, char** argv) {
   if (flags.count("http-listen")) options.http_listen = flags["http-listen"];
   if (flags.count("web-dir")) options.web_dir = flags["web-dir"];
   if (flags.count("memory")) options.memory = true;
+  if (flags.count("rules")) options.rules_file = flags["rules"];
+  if (flags.count("no-detect")) options.detection_enabled = false;
 
   // Block the signals before any thread starts, so sigwait() gets them.
   sigset_t signals;
@@ -101,10 +114,12 @@ int main(int argc, char** argv) {
   std::string grpc_host = options.grpc_listen.substr(0, options.grpc_listen.rfind(':'));
   std::string http_host = options.http_listen.substr(0, options.http_listen.rfind(':'));
   std::printf("vigil-server: ingest (gRPC) on %s:%d, HTTP API on http://%s:%d/ "
-              "(/metrics, /api/v1/series), data in %s\n",
+              "(/metrics, /api/v1/series, /api/v1/incidents), data in %s, "
+              "detection %s\n",
               grpc_host.c_str(), server.grpc_port(), http_host.c_str(),
               server.http_port(),
-              options.memory ? "memory" : options.data_dir.c_str());
+              options.memory ? "memory" : options.data_dir.c_str(),
+              options.detection_enabled ? "on" : "off");
   std::fflush(stdout);
 
   int signal = 0;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "server/detection_service.h"
 #include "server/http_api.h"
 #include "server/ingest_service.h"
 #include "storage/rocksdb_store.h"
@@ -27,6 +28,21 @@ std::pair<std::string, int> SplitHostPort(const std::string& address) {
   return {address.substr(0, colon), port};
 }
 
+// Hands each frame to two observers in turn.
+class TeeObserver : public FrameObserver {
+ public:
+  TeeObserver(FrameObserver* first, FrameObserver* second)
+      : first_(first), second_(second) {}
+  void OnFrame(const FrameView& frame) override {
+    first_->OnFrame(frame);
+    second_->OnFrame(frame);
+  }
+
+ private:
+  FrameObserver* const first_;
+  FrameObserver* const second_;
+};
+
 }  // namespace
 
 VigilServer::VigilServer(const ServerOptions& options, Clock* clock,
@@ -41,6 +57,10 @@ absl::Status VigilServer::Start() {
   if (store_ != nullptr)
     return absl::FailedPreconditionError("server already started");
   VIGIL_RETURN_IF_ERROR(ValidateServerOptions(options_));
+  RuleSet rules = DefaultRuleSet();
+  if (!options_.rules_file.empty()) {
+    VIGIL_ASSIGN_OR_RETURN(rules, LoadRuleFile(options_.rules_file));
+  }
 
   StoreOptions store_options;
   store_options.clock = clock_;
@@ -61,11 +81,29 @@ absl::Status VigilServer::Start() {
     VIGIL_ASSIGN_OR_RETURN(store, OpenRocksDbStore(rocks));
   }
 
+  DetectionOptions detection_options;
+  detection_options.store = store.get();
+  detection_options.clock = clock_;
+  detection_options.detector = options_.detector;
+  detection_options.rules = std::move(rules);
+  detection_options.live = options_.detection_enabled;
+  auto detection = std::make_unique<DetectionService>(detection_options);
+  VIGIL_RETURN_IF_ERROR(detection->Start());
+  FrameObserver* observer = observer_;
+  std::unique_ptr<FrameObserver> tee;
+  if (options_.detection_enabled) {
+    observer = detection.get();
+    if (observer_ != nullptr) {
+      tee = std::make_unique<TeeObserver>(detection.get(), observer_);
+      observer = tee.get();
+    }
+  }
+
   IngestOptions ingest_options;
   ingest_options.store = store.get();
   ingest_options.clock = clock_;
   ingest_options.metrics = &metrics_;
-  ingest_options.observer = observer_;
+  ingest_options.observer = observer;
   ingest_options.max_future_skew_seconds = options_.max_future_skew_seconds;
   ingest_options.raw_retention_seconds = options_.raw_retention_seconds;
   auto ingest = std::make_unique<IngestService>(ingest_options);
@@ -88,6 +126,7 @@ absl::Status VigilServer::Start() {
   http_options.store = store.get();
   http_options.clock = clock_;
   http_options.metrics = &metrics_;
+  http_options.detection = detection.get();
   http_options.web_dir = options_.web_dir;
   http_options.max_points = options_.max_query_points;
   http_options.threads = options_.http_threads;
@@ -100,6 +139,8 @@ absl::Status VigilServer::Start() {
   }
 
   store_ = std::move(store);
+  detection_ = std::move(detection);
+  tee_ = std::move(tee);
   ingest_ = std::move(ingest);
   grpc_server_ = std::move(grpc_server);
   http_ = std::move(http);
@@ -115,8 +156,11 @@ absl::Status VigilServer::Stop() {
   grpc_server_->Shutdown(gpr_inf_past(GPR_CLOCK_MONOTONIC));
   grpc_server_.reset();
   ingest_.reset();
+  detection_->Stop();
   http_->Stop();
   http_.reset();
+  tee_.reset();
+  detection_.reset();
   absl::Status flushed = store_->Flush();
   store_.reset();
   grpc_port_ = 0;

@@ -1,5 +1,5 @@
-// VigilServer: the store, the gRPC ingest service and the HTTP API wired
-// together, with one Start()/Stop() lifecycle.
+// VigilServer: the store, the gRPC ingest service, online detection and
+// the HTTP API wired together, with one Start()/Stop() lifecycle.
 #ifndef VIGIL_SERVER_SERVER_H_
 #define VIGIL_SERVER_SERVER_H_
 
@@ -18,11 +18,12 @@ class Server;
 
 namespace vigil {
 
+class DetectionService;
 class HttpApi;
 class IngestService;
 
-// Owns the store (RocksDB in options.data_dir, or memory) and both
-// listeners. Start() and Stop() must be called from one thread; the
+// Owns the store (RocksDB in options.data_dir, or memory), the detection
+// service and both listeners. Start() and Stop() must be called from one thread; the
 // accessors are safe from any thread while the server runs.
 class VigilServer {
  public:
@@ -33,9 +34,12 @@ class VigilServer {
   // Stops the server if running.
   ~VigilServer();
 
-  // Opens the store and binds both listeners. kInvalidArgument for bad
-  // options, the store's error if it cannot open, kUnavailable if an
-  // address cannot be bound (nothing is left running then).
+  // Loads the rules, opens the store, loads its incidents, starts detection
+  // and binds both listeners. kInvalidArgument for bad options or a rule
+  // file with errors (every one listed, one per line, with file and
+  // position), kNotFound for an unreadable rule file, the store's error if
+  // it cannot open, kUnavailable if an address cannot be bound (nothing is
+  // left running then).
   absl::Status Start();
   // Stops accepting, cancels live streams, stops HTTP and flushes the
   // store. Returns the flush status. Idempotent.
@@ -48,6 +52,9 @@ class VigilServer {
   SeriesStore* store() const { return store_.get(); }
   // Ingest counters.
   const IngestMetrics& metrics() const { return metrics_; }
+  // Detection and the incident index, or null before Start(); owned by the
+  // server.
+  DetectionService* detection() const { return detection_.get(); }
 
  private:
   const ServerOptions options_;
@@ -55,6 +62,9 @@ class VigilServer {
   FrameObserver* const observer_;
   IngestMetrics metrics_;
   std::unique_ptr<SeriesStore> store_;
+  std::unique_ptr<DetectionService> detection_;
+  // Feeds both the detection service and `observer_` when both are set.
+  std::unique_ptr<FrameObserver> tee_;
   std::unique_ptr<IngestService> ingest_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<HttpApi> http_;

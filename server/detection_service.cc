@@ -1,0 +1,277 @@
+#include "server/detection_service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "rules/incident_json.h"
+
+namespace vigil {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kIndexStream[] = "incidents";
+constexpr char kIdPrefix[] = "inc-";
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Most events read back for one incident's timeline (oldest first).
+constexpr size_t kMaxTimeline = 1000;
+
+std::string EventStream(std::string_view id) {
+  return absl::StrCat("incident/", std::string(id));
+}
+
+// The number of a server id "inc-N", or -1.
+int64_t IdNumber(const std::string& id) {
+  int64_t n;
+  if (!absl::StartsWith(id, kIdPrefix) ||
+      !absl::SimpleAtoi(id.substr(sizeof(kIdPrefix) - 1), &n) || n < 0)
+    return -1;
+  return n;
+}
+
+// Whether `j` has the fields the index filters and sorts on.
+bool IsSnapshot(const Json& j) {
+  return j.is_object() && j.contains("id") && j["id"].is_string() &&
+         j.contains("state") && j["state"].is_string() &&
+         j.contains("severity") && j["severity"].is_string() &&
+         j.contains("job") && j["job"].is_string() && j.contains("ts") &&
+         j["ts"].is_number() && j.contains("node") &&
+         (j["node"].is_string() || j["node"].is_null());
+}
+
+// `payload` parsed, or a discarded value.
+Json Parse(const std::string& payload) {
+  return Json::parse(payload, nullptr, false);
+}
+
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+bool Matches(const Json& s, const IncidentFilter& f) {
+  if (f.state.has_value() &&
+      s["state"].get<std::string>() != IncidentStateName(*f.state))
+    return false;
+  if (!f.severities.empty()) {
+    std::optional<Severity> sev = ParseSeverity(s["severity"].get<std::string>());
+    if (!sev || std::find(f.severities.begin(), f.severities.end(), *sev) ==
+                    f.severities.end())
+      return false;
+  }
+  if (!f.job.empty() && s["job"].get<std::string>() != f.job) return false;
+  if (!f.node.empty() &&
+      (!s["node"].is_string() || s["node"].get<std::string>() != f.node))
+    return false;
+  return true;
+}
+
+}  // namespace
+
+DetectionService::DetectionService(DetectionOptions options)
+    : options_(std::move(options)),
+      pipeline_(options_.detector, options_.rules),
+      newest_ts_(-kInf) {}
+
+DetectionService::~DetectionService() { Stop(); }
+
+absl::Status DetectionService::Start() {
+  if (started_) return absl::FailedPreconditionError("detection already started");
+  absl::Status loaded = LoadStored();
+  if (!loaded.ok()) return loaded;
+  started_ = true;
+  if (options_.live) tick_thread_ = std::thread([this] { TickLoop(); });
+  return absl::OkStatus();
+}
+
+void DetectionService::Stop() {
+  if (!tick_thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> l(tick_mu_);
+    stopping_ = true;
+  }
+  tick_cv_.notify_all();
+  tick_thread_.join();
+}
+
+absl::Status DetectionService::LoadStored() {
+  SeriesStore& store = *options_.store;
+  int64_t highest = 0;
+  std::map<std::string, Json> loaded;
+  for (const Event& e : store.ListEvents(kIndexStream, -kInf, kInf,
+                                         std::numeric_limits<size_t>::max())) {
+    Json entry = Parse(e.payload);
+    if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_string() ||
+        IdNumber(entry["id"].get<std::string>()) < 0) {
+      ++unreadable_;
+      continue;
+    }
+    const std::string id = entry["id"].get<std::string>();
+    highest = std::max(highest, IdNumber(id));
+    // The latest event is the one with the highest seq (events are listed
+    // by ts, which need not follow the order they were stored in).
+    const Event* latest = nullptr;
+    std::vector<Event> events = store.ListEvents(
+        EventStream(id), -kInf, kInf, std::numeric_limits<size_t>::max());
+    for (const Event& ev : events) {
+      if (latest == nullptr || ev.seq > latest->seq) latest = &ev;
+    }
+    // An id without events was allocated just before a crash: skip it
+    // (its number stays used).
+    if (latest == nullptr) continue;
+    Json payload = Parse(latest->payload);
+    if (!payload.is_object() || !payload.contains("incident") ||
+        !IsSnapshot(payload["incident"]) || payload["incident"]["id"] != id) {
+      ++unreadable_;
+      continue;
+    }
+    loaded[id] = std::move(payload["incident"]);
+  }
+  {
+    std::lock_guard<std::mutex> l(pipeline_mu_);
+    next_id_ = highest + 1;
+  }
+  std::lock_guard<std::mutex> l(index_mu_);
+  index_ = std::move(loaded);
+  return absl::OkStatus();
+}
+
+void DetectionService::OnFrame(const FrameView& frame) {
+  if (!options_.live) return;
+  std::lock_guard<std::mutex> l(pipeline_mu_);
+  for (uint32_t id : frame.ids) {
+    if (pipeline_.HasSeries(id)) continue;
+    absl::StatusOr<SeriesKey> key = options_.store->Key(id);
+    // A series the pipeline refuses stays unregistered; the detector counts
+    // its samples (DetectorStats::unregistered_samples).
+    if (key.ok()) (void)pipeline_.RegisterSeries(id, *key);
+  }
+  if (frame.ts > newest_ts_) {
+    newest_ts_ = frame.ts;
+    newest_ts_clock_ = options_.clock->Now();
+  }
+  pipeline_.ProcessFrame(frame, &updates_);
+  frames_.fetch_add(1, std::memory_order_relaxed);
+  if (!updates_.empty()) Publish(updates_);
+}
+
+void DetectionService::AdvanceTime(double now) {
+  if (!options_.live) return;
+  std::lock_guard<std::mutex> l(pipeline_mu_);
+  if (newest_ts_ == -kInf) return;
+  pipeline_.AdvanceTime(newest_ts_ + std::max(0.0, now - newest_ts_clock_),
+                        &updates_);
+  if (!updates_.empty()) Publish(updates_);
+}
+
+void DetectionService::Publish(std::vector<IncidentUpdate>& updates) {
+  SeriesStore& store = *options_.store;
+  for (IncidentUpdate& u : updates) {
+    auto [it, inserted] = server_ids_.try_emplace(u.incident.id);
+    if (inserted) {
+      it->second = absl::StrFormat("%s%06d", kIdPrefix, next_id_++);
+      Event index_event{kIndexStream, u.ts, 0, Dump(Json{{"id", it->second}})};
+      if (!store.AppendEvent(index_event).ok()) persist_errors_.fetch_add(1);
+    }
+    u.incident.id = it->second;
+    Json snapshot = IncidentToJson(u.incident, /*full=*/true);
+    Json payload = {{"type", std::string(UpdateTypeName(u.type))},
+                    {"ts", u.ts},
+                    {"incident", snapshot}};
+    Event event{EventStream(it->second), u.ts, 0, Dump(payload)};
+    if (!store.AppendEvent(event).ok()) persist_errors_.fetch_add(1);
+    updates_by_type_[static_cast<size_t>(u.type)].fetch_add(1);
+    std::lock_guard<std::mutex> l(index_mu_);
+    index_[it->second] = std::move(snapshot);
+  }
+  updates.clear();
+}
+
+void DetectionService::TickLoop() {
+  Clock& clock = *options_.clock;
+  std::unique_lock<std::mutex> lock(tick_mu_);
+  double next = clock.Now() + options_.tick_seconds;
+  while (!stopping_) {
+    clock.WaitUntil(lock, tick_cv_, next);
+    if (stopping_) break;
+    const double now = clock.Now();
+    if (now < next) continue;
+    next = now + options_.tick_seconds;
+    lock.unlock();
+    AdvanceTime(now);
+    lock.lock();
+  }
+}
+
+std::vector<Json> DetectionService::ListIncidents(
+    const IncidentFilter& filter) const {
+  std::vector<const Json*> matched;
+  std::lock_guard<std::mutex> l(index_mu_);
+  for (const auto& [id, snapshot] : index_) {
+    if (Matches(snapshot, filter)) matched.push_back(&snapshot);
+  }
+  // Newest first; ids break ties (later ids are newer).
+  std::sort(matched.begin(), matched.end(), [](const Json* a, const Json* b) {
+    const double ta = (*a)["ts"].get<double>(), tb = (*b)["ts"].get<double>();
+    if (ta != tb) return ta > tb;
+    return IdNumber((*a)["id"].get<std::string>()) >
+           IdNumber((*b)["id"].get<std::string>());
+  });
+  if (matched.size() > filter.limit) matched.resize(filter.limit);
+  std::vector<Json> out;
+  out.reserve(matched.size());
+  for (const Json* j : matched) out.push_back(*j);
+  return out;
+}
+
+absl::StatusOr<Json> DetectionService::GetIncident(std::string_view id) const {
+  Json incident;
+  {
+    std::lock_guard<std::mutex> l(index_mu_);
+    auto it = index_.find(std::string(id));
+    if (it == index_.end())
+      return absl::NotFoundError(
+          absl::StrCat("incident '", std::string(id), "' not found"));
+    incident = it->second;
+  }
+  Json timeline = Json::array();
+  for (const Event& e :
+       options_.store->ListEvents(EventStream(id), -kInf, kInf, kMaxTimeline)) {
+    Json payload = Parse(e.payload);
+    if (!payload.is_object() || !payload.contains("incident") ||
+        !IsSnapshot(payload["incident"]) || !payload.contains("type"))
+      continue;
+    timeline.push_back({{"type", payload["type"]},
+                        {"ts", e.ts},
+                        {"severity", payload["incident"]["severity"]},
+                        {"state", payload["incident"]["state"]}});
+  }
+  incident["timeline"] = std::move(timeline);
+  return incident;
+}
+
+DetectionCounters DetectionService::counters() const {
+  DetectionCounters c;
+  c.frames = frames_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < c.updates.size(); ++i)
+    c.updates[i] = updates_by_type_[i].load();
+  c.persist_errors = persist_errors_.load();
+  c.unreadable = unreadable_;
+  std::lock_guard<std::mutex> l(index_mu_);
+  for (const auto& [id, snapshot] : index_) {
+    if (snapshot["state"].get<std::string>() !=
+        IncidentStateName(IncidentState::kFiring))
+      continue;
+    if (std::optional<Severity> s =
+            ParseSeverity(snapshot["severity"].get<std::string>()))
+      ++c.open[static_cast<size_t>(*s)];
+  }
+  return c;
+}
+
+}  // namespace vigil

@@ -1,0 +1,179 @@
+// Online detection in the server: every accepted frame goes through the
+// DetectionPipeline (detector + incident engine); incident updates are
+// persisted in the store's events family and indexed in memory for the
+// HTTP API. A background thread moves detection time with the server clock
+// so node silence and auto-resolution happen without frames.
+//
+// Detection time is data time, as in vigil-replay: the newest frame ts
+// seen, moved on at the clock's rate while no newer frame arrives. Agents
+// backfilling old frames after a reconnect therefore do not look silent,
+// and a cluster that goes quiet is still noticed on the clock.
+//
+// Storage layout (events family, kept forever):
+//   stream "incidents"       one event per incident, when it opens:
+//                            {"id": "inc-000042"}
+//   stream "incident/<id>"   one event per update: {"type", "ts",
+//                            "incident": IncidentToJson(incident, full)}
+//
+// Ids: the engine numbers its incidents from inc-000001 in every process.
+// The service maps them onto server ids that continue after the highest id
+// stored, so ids never repeat across restarts. On Start(), stored incidents
+// are listed again with their last stored state; the detector itself
+// starts afresh (baselines are learned again, an incident that was firing
+// at shutdown is not resolved or reopened by the new process: a recurring
+// fault opens a new incident).
+#ifndef VIGIL_SERVER_DETECTION_SERVICE_H_
+#define VIGIL_SERVER_DETECTION_SERVICE_H_
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "detector/options.h"
+#include "nlohmann/json.hpp"
+#include "rules/incident.h"
+#include "rules/pipeline.h"
+#include "rules/rule.h"
+#include "server/frame_observer.h"
+#include "storage/series_store.h"
+
+namespace vigil {
+
+// What DetectionService needs. Pointers are not owned and must outlive it.
+struct DetectionOptions {
+  SeriesStore* store = nullptr;  // required
+  Clock* clock = nullptr;        // required: the tick thread's time
+  // Detector tunables; defaults as in detector/options.h.
+  DetectorOptions detector;
+  // Rules in use; default: the built-in catalogue.
+  RuleSet rules = DefaultRuleSet();
+  // False: only serve stored incidents (detection disabled): no tick
+  // thread, and OnFrame ignores frames.
+  bool live = true;
+  // Seconds of clock time between ticks (AdvanceTime) of the tick thread.
+  double tick_seconds = 1;
+};
+
+// Which incidents ListIncidents returns; every set condition must hold.
+struct IncidentFilter {
+  // Only incidents in this state; nullopt: any.
+  std::optional<IncidentState> state;
+  // Only these severities; empty: any.
+  std::vector<Severity> severities;
+  // Exact job / node; empty: any.
+  std::string job;
+  std::string node;
+  // At most this many, newest first.
+  size_t limit = 100;
+};
+
+// Counters for /metrics, read without a common snapshot.
+struct DetectionCounters {
+  // Frames run through the pipeline.
+  uint64_t frames = 0;
+  // Incident updates by UpdateType (index = enum value).
+  std::array<uint64_t, 5> updates{};
+  // Firing incidents in the index by Severity (index = enum value).
+  std::array<uint64_t, 4> open{};
+  // Incident events that could not be persisted (the index still has them).
+  uint64_t persist_errors = 0;
+  // Stored incidents skipped at Start() because their events are unreadable.
+  uint64_t unreadable = 0;
+};
+
+// Runs detection on every frame and keeps the incident index.
+// Thread-safe: OnFrame may be called concurrently from stream threads (the
+// pipeline runs under one lock), and the query methods from HTTP threads.
+// Start() and Stop() must be called from one thread.
+class DetectionService : public FrameObserver {
+ public:
+  explicit DetectionService(DetectionOptions options);
+  // Stops the tick thread if running.
+  ~DetectionService() override;
+
+  // Loads the stored incidents into the index, sets the next server id
+  // after the highest stored one and, if live, starts the tick thread.
+  // kFailedPrecondition if already started.
+  absl::Status Start();
+  // Stops the tick thread. Idempotent.
+  void Stop();
+
+  // Registers the frame's unseen series with the pipeline (their keys from
+  // the store), runs the frame and persists the incident updates it
+  // caused. No-op unless live.
+  void OnFrame(const FrameView& frame) override;
+
+  // Moves detection time on to clock time `now` (see the top of the file)
+  // without a frame and persists what fell due (node silence, hangs,
+  // auto-resolution). The tick thread calls it every tick_seconds. No-op
+  // unless live or before the first frame.
+  void AdvanceTime(double now);
+
+  // Incidents matching `filter`, newest (first detection) first, each the
+  // IncidentToJson full form of its latest snapshot.
+  std::vector<nlohmann::json> ListIncidents(const IncidentFilter& filter) const;
+
+  // The latest snapshot of incident `id` (full form) plus "timeline": its
+  // stored events, oldest first, as {"type", "ts", "severity", "state"}.
+  // kNotFound for an unknown id.
+  absl::StatusOr<nlohmann::json> GetIncident(std::string_view id) const;
+
+  // Current counters.
+  DetectionCounters counters() const;
+
+ private:
+  // Loads stream "incidents" and each incident's latest event.
+  absl::Status LoadStored();
+  // Maps, persists and indexes `updates` (pipeline_mu_ held, so the events
+  // of one incident are stored in order).
+  void Publish(std::vector<IncidentUpdate>& updates)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
+  // The tick thread's loop.
+  void TickLoop();
+
+  const DetectionOptions options_;
+
+  mutable std::mutex pipeline_mu_;
+  DetectionPipeline pipeline_ ABSL_GUARDED_BY(pipeline_mu_);
+  // Engine id -> server id.
+  absl::flat_hash_map<std::string, std::string> server_ids_
+      ABSL_GUARDED_BY(pipeline_mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(pipeline_mu_) = 1;
+  std::vector<IncidentUpdate> updates_ ABSL_GUARDED_BY(pipeline_mu_);
+  // The newest frame ts seen (-inf before the first frame) and the clock
+  // time it was seen at.
+  double newest_ts_ ABSL_GUARDED_BY(pipeline_mu_);
+  double newest_ts_clock_ ABSL_GUARDED_BY(pipeline_mu_) = 0;
+
+  mutable std::mutex index_mu_;
+  // Server id -> latest snapshot (full form). Ordered by id.
+  std::map<std::string, nlohmann::json> index_ ABSL_GUARDED_BY(index_mu_);
+
+  std::atomic<uint64_t> frames_{0};
+  std::array<std::atomic<uint64_t>, 5> updates_by_type_{};
+  std::atomic<uint64_t> persist_errors_{0};
+  uint64_t unreadable_ = 0;  // set by Start() only
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stopping_ ABSL_GUARDED_BY(tick_mu_) = false;
+  bool started_ = false;
+  std::thread tick_thread_;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_DETECTION_SERVICE_H_

@@ -1,0 +1,61 @@
+// The "detection" section of the server config.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "server/config.h"
+
+namespace vigil {
+namespace {
+
+TEST(DetectionConfigTest, DefaultsRunTheCatalogue) {
+  ServerOptions options;
+  ASSERT_TRUE(ParseServerConfig("{}", &options).ok());
+  EXPECT_TRUE(options.detection_enabled);
+  EXPECT_TRUE(options.rules_file.empty());
+  EXPECT_EQ(options.detector.baseline.learn_steps, 1000);
+  EXPECT_EQ(options.detector.baseline.k_sigma, 3.0);
+}
+
+TEST(DetectionConfigTest, AppliesEveryKey) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({"detection": {
+    "enabled": false, "rules_file": "/etc/vigil/rules.json",
+    "learn_steps": 500, "k_sigma": 4.5}})",
+                                     &options);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(options.detection_enabled);
+  EXPECT_EQ(options.rules_file, "/etc/vigil/rules.json");
+  EXPECT_EQ(options.detector.baseline.learn_steps, 500);
+  EXPECT_EQ(options.detector.baseline.k_sigma, 4.5);
+}
+
+TEST(DetectionConfigTest, ReportsEveryError) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({"detection": {
+    "enabled": 1, "rules_file": 2, "learn_steps": 0, "k_sigma": -3,
+    "sigma": 3}})",
+                                     &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  for (const char* key :
+       {"detection.enabled:", "detection.rules_file:", "detection.learn_steps:",
+        "detection.k_sigma:", "detection.sigma: unknown key"}) {
+    EXPECT_NE(s.message().find(key), std::string::npos) << key << "\n" << s;
+  }
+  EXPECT_TRUE(options.detection_enabled);
+}
+
+TEST(DetectionConfigTest, KSigmaMustBeAboveTheClearBand) {
+  ServerOptions options;
+  options.memory = true;
+  ASSERT_TRUE(ParseServerConfig(R"({"detection": {"k_sigma": 1.5}})", &options).ok());
+  absl::Status s = ValidateServerOptions(options);
+  EXPECT_NE(s.message().find("detection.k_sigma"), std::string::npos) << s;
+}
+
+TEST(DetectionConfigTest, MissingRuleFileIsNotFound) {
+  absl::StatusOr<RuleSet> rules = LoadRuleFile("/nonexistent/rules.json");
+  EXPECT_EQ(rules.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace vigil

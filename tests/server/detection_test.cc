@@ -1,0 +1,281 @@
+// Online detection in the server: faults fed over gRPC become incidents at
+// /api/v1/incidents, node silence is found by the clock tick, rule files
+// are checked at Start(), and incidents survive a restart.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/detection_service.h"
+#include "tests/server/http_client.h"
+#include "tests/server/test_server.h"
+
+namespace vigil::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+// Feeds node `node` of job "llm" frames one clock second apart, each
+// stamped with the server's (fake) clock, and waits for detection to have
+// seen them.
+class Agent {
+ public:
+  Agent(TestServer& t, const std::string& node)
+      : t_(t), node_(node), client_(t.server.grpc_port()) {
+    client_.Open();
+    v1::FrameBatch hello = Batch(++seq_, node, "a");
+    *hello.add_series() = Def(1, "gpu_ecc_dbe_total", {{"gpu", "3"}});
+    *hello.add_series() = Def(2, "gpu_power_watts", {{"gpu", "3"}});
+    *hello.add_series() = Def(3, "train_loss", {});
+    EXPECT_TRUE(client_.Send(hello).has_value());
+  }
+
+  // One frame: ECC DBE counter, power, loss.
+  void Send(double dbe, double loss) {
+    v1::FrameBatch batch = Batch(++seq_);
+    v1::Frame frame = Frame("llm", t_.clock.Now(), {1, 2, 3}, {dbe, 400, loss});
+    frame.set_step(step_++);
+    *batch.add_frames() = frame;
+    EXPECT_TRUE(client_.Send(batch).has_value());
+    t_.clock.Advance(1);
+  }
+
+  // Returns once the observer has run for every frame sent: the server
+  // notifies it after acking a batch and before reading the next one.
+  void Sync() { EXPECT_TRUE(client_.Send(Batch(++seq_)).has_value()); }
+
+ private:
+  TestServer& t_;
+  std::string node_;
+  IngestClient client_;
+  uint64_t seq_ = 0;
+  int64_t step_ = 0;
+};
+
+Json GetJson(int port, const std::string& path, int want_status = 200) {
+  HttpResult r = HttpGet(port, path);
+  EXPECT_EQ(r.status, want_status) << path << ": " << r.body;
+  Json j = Json::parse(r.body, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.body;
+  return j;
+}
+
+// The ids of the incidents /api/v1/incidents`query` lists, in order.
+std::vector<std::string> ListIds(int port, const std::string& query = "") {
+  std::vector<std::string> ids;
+  const Json list = GetJson(port, "/api/v1/incidents" + query);
+  for (const Json& i : list["incidents"]) ids.push_back(i["id"].get<std::string>());
+  return ids;
+}
+
+// Five healthy frames, then the DBE counter of gpu 3 on `node` increases.
+void RaiseEccFault(TestServer& t, const std::string& node) {
+  Agent agent(t, node);
+  for (int i = 0; i < 5; ++i) agent.Send(0, 2.5);
+  agent.Send(1, 2.5);
+  agent.Sync();
+}
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/detection_test_" + name;
+}
+
+TEST(DetectionTest, RedLineBecomesP0IncidentWithEvidenceAndTimeline) {
+  TestServer t;
+  RaiseEccFault(t, "n1");
+  const int port = t.server.http_port();
+
+  Json list = GetJson(port, "/api/v1/incidents");
+  ASSERT_EQ(list["incidents"].size(), 1u) << list.dump(2);
+  const Json& item = list["incidents"][0];
+  EXPECT_EQ(item["id"], "inc-000001");
+  EXPECT_EQ(item["severity"], "P0");
+  EXPECT_EQ(item["kind"], "ecc_double_bit");
+  EXPECT_EQ(item["state"], "firing");
+  EXPECT_EQ(item["job"], "llm");
+  EXPECT_EQ(item["node"], "n1");
+  EXPECT_EQ(item["gpu"], 3);
+  EXPECT_EQ(item["evidence_total"], 1);
+
+  Json detail = GetJson(port, "/api/v1/incidents/inc-000001");
+  EXPECT_EQ(detail["severity"], "P0");
+  EXPECT_FALSE(detail["hint"].get<std::string>().empty());
+  ASSERT_EQ(detail["evidence"].size(), 1u);
+  const Json& evidence = detail["evidence"][0];
+  std::vector<SeriesInfo> dbe =
+      t.server.store()->ListSeries({"llm", "n1", "gpu_ecc_dbe_total"});
+  ASSERT_EQ(dbe.size(), 1u);
+  EXPECT_EQ(evidence["series"], dbe[0].id);
+  EXPECT_EQ(evidence["metric"], "gpu_ecc_dbe_total");
+  EXPECT_EQ(evidence["gpu"], 3);
+  EXPECT_TRUE(evidence.contains("baseline_mean"));
+  EXPECT_TRUE(evidence.contains("baseline_sigma"));
+  ASSERT_EQ(detail["timeline"].size(), 1u);
+  EXPECT_EQ(detail["timeline"][0]["type"], "opened");
+  EXPECT_EQ(detail["timeline"][0]["severity"], "P0");
+  EXPECT_EQ(detail["timeline"][0]["ts"], detail["ts"]);
+
+  HttpResult metrics = HttpGet(port, "/metrics");
+  EXPECT_NE(metrics.body.find("vigil_detector_frames_total 6\n"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("vigil_incidents_open{severity=\"P0\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("vigil_incident_updates_total{type=\"opened\"} 1\n"),
+            std::string::npos);
+}
+
+TEST(DetectionTest, ListFiltersAndRejectsBadParameters) {
+  TestServer t;
+  RaiseEccFault(t, "n1");
+  const int port = t.server.http_port();
+  const std::vector<std::string> one = {"inc-000001"};
+  EXPECT_EQ(ListIds(port, "?state=firing&severity=P0&job=llm&node=n1"), one);
+  EXPECT_EQ(ListIds(port, "?state=all&severity=P1,P0&limit=1"), one);
+  EXPECT_TRUE(ListIds(port, "?state=resolved").empty());
+  EXPECT_TRUE(ListIds(port, "?severity=P1,P2,P3").empty());
+  EXPECT_TRUE(ListIds(port, "?job=other").empty());
+  EXPECT_TRUE(ListIds(port, "?node=n2").empty());
+
+  for (const char* bad : {"?state=open", "?severity=P4", "?severity=P0,",
+                          "?limit=0", "?limit=x", "?limit=10001"}) {
+    Json error = GetJson(port, std::string("/api/v1/incidents") + bad, 400);
+    EXPECT_TRUE(error.contains("error")) << bad;
+  }
+  Json missing = GetJson(port, "/api/v1/incidents/inc-999999", 404);
+  EXPECT_EQ(missing["error"], "incident 'inc-999999' not found");
+}
+
+TEST(DetectionTest, NodeSilenceIsFoundByTheClockTick) {
+  TestServer t;
+  {
+    Agent agent(t, "n1");
+    for (int i = 0; i < 10; ++i) agent.Send(0, 2.5);
+    agent.Sync();
+  }
+  EXPECT_TRUE(ListIds(t.server.http_port()).empty());
+  // No frames from here on: only the tick thread moves detection time.
+  t.clock.Advance(60);
+  Json incidents;
+  for (int i = 0; i < 1000 && incidents.empty(); ++i) {
+    incidents =
+        GetJson(t.server.http_port(), "/api/v1/incidents?severity=P0")["incidents"];
+    if (incidents.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(incidents.size(), 1u);
+  EXPECT_EQ(incidents[0]["kind"], "node_down");
+  EXPECT_EQ(incidents[0]["node"], "n1");
+}
+
+TEST(DetectionTest, BackfilledFramesDoNotLookSilent) {
+  TestServer t;
+  const double now = t.clock.Now();
+  {
+    // Frames from 200 s ago, sent now (an agent catching up).
+    IngestClient client(t.server.grpc_port());
+    client.Open();
+    v1::FrameBatch batch = Batch(1, "n1", "a");
+    *batch.add_series() = Def(1, "gpu_power_watts", {{"gpu", "0"}});
+    for (int i = 0; i < 20; ++i) {
+      *batch.add_frames() = Frame("llm", now - 200 + i, {1}, {400});
+    }
+    ASSERT_TRUE(client.Send(batch).has_value());
+    ASSERT_TRUE(client.Send(Batch(2)).has_value());
+  }
+  DetectionService& detection = *t.server.detection();
+  detection.AdvanceTime(now);
+  EXPECT_TRUE(ListIds(t.server.http_port()).empty());
+  detection.AdvanceTime(now + 60);
+  Json list = GetJson(t.server.http_port(), "/api/v1/incidents");
+  ASSERT_EQ(list["incidents"].size(), 1u);
+  EXPECT_EQ(list["incidents"][0]["kind"], "node_down");
+}
+
+TEST(DetectionTest, DisabledDetectionRaisesNothing) {
+  ServerOptions options = TestOptions();
+  options.detection_enabled = false;
+  TestServer t(options);
+  RaiseEccFault(t, "n1");
+  EXPECT_TRUE(ListIds(t.server.http_port()).empty());
+  EXPECT_EQ(t.server.detection()->counters().frames, 0u);
+}
+
+TEST(DetectionTest, RuleFileOverridesTheCatalogue) {
+  const std::string path = TempPath("override.json");
+  std::ofstream(path) << R"({"rules": [{"name": "ecc_double_bit", "severity": "P1"}]})";
+  ServerOptions options = TestOptions();
+  options.rules_file = path;
+  TestServer t(options);
+  RaiseEccFault(t, "n1");
+  Json list = GetJson(t.server.http_port(), "/api/v1/incidents");
+  ASSERT_EQ(list["incidents"].size(), 1u);
+  EXPECT_EQ(list["incidents"][0]["severity"], "P1");
+  std::filesystem::remove(path);
+}
+
+TEST(DetectionTest, BadRuleFileFailsStartListingEveryError) {
+  const std::string path = TempPath("bad.json");
+  std::ofstream(path) << R"({
+  "rules": [{"name": "ecc_double_bit", "severity": "P9"},
+            {"name": "brand_new", "match": {"kind": "no_such_kind"},
+             "severity": "P1"}],
+  "settings": {"resolve_after_s": -1}
+})";
+  ServerOptions options = TestOptions();
+  options.rules_file = path;
+  FakeClock clock;
+  VigilServer server(options, &clock);
+  absl::Status s = server.Start();
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  std::vector<std::string> lines = absl::StrSplit(s.message(), '\n');
+  EXPECT_EQ(lines.size(), 3u) << s.message();
+  for (const std::string& line : lines) EXPECT_EQ(line.rfind(path + ": ", 0), 0u) << line;
+  EXPECT_NE(s.message().find("rules[0].severity"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("rules[1].match.kind"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("settings.resolve_after_s"), std::string::npos) << s;
+  EXPECT_EQ(server.grpc_port(), 0);
+
+  std::ofstream(path) << "{\"rules\": [\n  {\"name\": }]}";
+  s = server.Start();
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(path + ": line 2, column"), std::string::npos) << s;
+  std::filesystem::remove(path);
+
+  s = server.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+}
+
+TEST(DetectionTest, IncidentsSurviveRestartWithoutReusingIds) {
+  const std::string dir = TempPath("restart");
+  std::filesystem::remove_all(dir);
+  ServerOptions options = TestOptions();
+  options.memory = false;
+  options.data_dir = dir;
+  {
+    TestServer t(options);
+    RaiseEccFault(t, "n1");
+    EXPECT_EQ(ListIds(t.server.http_port()),
+              std::vector<std::string>{"inc-000001"});
+  }
+  {
+    TestServer t(options);
+    const int port = t.server.http_port();
+    Json restored = GetJson(port, "/api/v1/incidents/inc-000001");
+    EXPECT_EQ(restored["severity"], "P0");
+    EXPECT_EQ(restored["state"], "firing");
+    EXPECT_EQ(restored["timeline"].size(), 1u);
+    // Later than the first run's frames, on another node.
+    t.clock.Advance(100);
+    RaiseEccFault(t, "n2");
+    EXPECT_EQ(ListIds(port), (std::vector<std::string>{"inc-000002", "inc-000001"}));
+    EXPECT_EQ(GetJson(port, "/api/v1/incidents/inc-000002")["node"], "n2");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace vigil::testing
