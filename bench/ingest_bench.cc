@@ -42,6 +42,7 @@ struct Args {
   int http_port = 18080;
   int query_iterations = 200;
   std::string data_dir = "/tmp/vigil-ingest-bench";
+  std::vector<std::string> server_args;  // extra vigil-server flags
 };
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -60,6 +61,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     else if (auto v = value("http-port")) a->http_port = std::atoi(v);
     else if (auto v = value("query-iterations")) a->query_iterations = std::atoi(v);
     else if (auto v = value("data-dir")) a->data_dir = v;
+    else if (auto v = value("server-arg")) a->server_args.push_back(v);
     else {
       std::fprintf(stderr, "ingest_bench: unknown argument %s\n", argv[i]);
       return false;
@@ -238,8 +240,11 @@ int main(int argc, char** argv) {
     std::string data = "--data-dir=" + args.data_dir + "/data";
     std::string g = "--grpc-listen=" + grpc_addr;
     std::string h = "--http-listen=" + http_addr;
-    execl(args.server_bin.c_str(), args.server_bin.c_str(), data.c_str(),
-          g.c_str(), h.c_str(), static_cast<char*>(nullptr));
+    std::vector<char*> argv_server = {args.server_bin.data(), data.data(),
+                                      g.data(), h.data()};
+    for (std::string& extra : args.server_args) argv_server.push_back(extra.data());
+    argv_server.push_back(nullptr);
+    execv(args.server_bin.c_str(), argv_server.data());
     std::perror("exec vigil-server");
     _exit(127);
   }
