@@ -189,8 +189,17 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
   }
   if (s.traits.metric == Metric::kTrainPhase && std::isfinite(x)) {
     n.phase = static_cast<int>(x);
-  } else if (s.traits.metric == Metric::kTrainDataloaderWait) {
-    n.dl_wait = x;
+  } else if (s.traits.metric == Metric::kTrainDataloaderWait &&
+             std::isfinite(x)) {
+    // Weighted by the time it covers: a frame's value is the wait of the
+    // last step, held until the next one.
+    if (std::isnan(n.dl_mean)) {
+      n.dl_mean = x;
+    } else if (ts > n.dl_ts) {
+      n.dl_mean += (1 - std::exp(-(ts - n.dl_ts) / opt.trend.stall_dl_tau_s)) *
+                   (x - n.dl_mean);
+    }
+    n.dl_ts = std::isnan(n.dl_ts) ? ts : std::max(n.dl_ts, ts);
   }
   if (s.gpu == kNone) return;
   GpuState& g = gpus[s.gpu];
@@ -270,7 +279,7 @@ void Detector::ProcessFrame(const FrameView& frame, std::vector<Anomaly>* out) {
   }
 
   // Pass 2: phase, then every series, then every GPU of the node.
-  m.UpdatePhase(n, j, node);
+  m.UpdatePhase(n, j);
   for (uint32_t dense : m.touched) m.Evaluate(m.series[dense], dense);
   m.CheckGpus(n, j, node);
   m.out = nullptr;
@@ -288,7 +297,7 @@ void Detector::AdvanceTime(double ts, std::vector<Anomaly>* out) {
   m.out = nullptr;
 }
 
-void Detector::Impl::UpdatePhase(NodeState& n, JobState& j, uint32_t node) {
+void Detector::Impl::UpdatePhase(NodeState& n, JobState& j) {
   const PhaseOptions& po = opt.phase;
   const bool phase_benign = n.phase == 1 || n.phase == 2;
   if (phase_benign) j.benign_phase_ts = seen;
@@ -307,7 +316,7 @@ void Detector::Impl::UpdatePhase(NodeState& n, JobState& j, uint32_t node) {
     if (dip && !n.in_dip) {
       n.dip_start_ts = ts;
       n.in_dip = true;
-      RecordDip(n, node);
+      RecordDip(n, j);
     }
     n.in_dip = dip;
     const bool long_dip = dip && ts - n.dip_start_ts > po.max_benign_dip_s;
@@ -317,10 +326,11 @@ void Detector::Impl::UpdatePhase(NodeState& n, JobState& j, uint32_t node) {
       ++n.busy_frames;
     }
   }
-  if (n.stall_raised &&
-      ts - n.dip_ts[(n.dips - 1) % kHistory] > 3 * n.stall_period_s) {
-    n.stall_raised = false;
-    Emit(AnomalyKind::kPeriodicStall, true, node, kNone, kNone, 0);
+  if (j.stall_raised && ts - j.last_dip_ts > 3 * j.stall_period_s) {
+    j.stall_raised = false;
+    Anomaly& a =
+        Emit(AnomalyKind::kPeriodicStall, true, j.stall_node, kNone, kNone, 0);
+    a.job = j.name;
   }
   const bool benign_now =
       phase_benign || (n.in_dip && ts - n.dip_start_ts <= po.max_benign_dip_s);
@@ -517,8 +527,10 @@ void Detector::Impl::Baseline(SeriesState& s, uint32_t dense, double x) {
   const double bad = mode == BaselineMode::kHigh  ? z
                      : mode == BaselineMode::kLow ? -z
                                                   : std::fabs(z);
-  const Sustain::Edge e =
-      s.sustain.Observe(bad > bo.k_sigma, bad < bo.k_clear, bo.sustain);
+  const Sustain::Edge e = s.sustain.Observe(
+      bad > bo.k_sigma, bad < bo.k_clear,
+      s.traits.metric == Metric::kTrainDataloaderWait ? bo.dataloader_sustain
+                                                      : bo.sustain);
   if (e == Sustain::Edge::kRaised) {
     s.raised_dir =
         (mode == BaselineMode::kHigh || (mode == BaselineMode::kBoth && z > 0))

@@ -228,12 +228,13 @@ void Detector::Impl::CheckFragmentation(GpuState& g, uint32_t gi) {
   a.score = frag;
 }
 
-void Detector::Impl::RecordDip(NodeState& n, uint32_t node) {
+void Detector::Impl::RecordDip(NodeState& n, JobState& j) {
   const TrendOptions& to = opt.trend;
   n.dip_ts[n.dips % kHistory] = ts;
   n.dip_step[n.dips % kHistory] = step ? *step : kNoStep;
   ++n.dips;
-  if (n.stall_raised || n.dips < to.stall_min_dips) return;
+  j.last_dip_ts = ts;
+  if (j.stall_raised || n.dips < to.stall_min_dips) return;
   // Spacing of the last stall_min_dips dips, in steps when all have one.
   const int k = std::min(to.stall_min_dips, kHistory);
   bool steps = true;
@@ -256,17 +257,66 @@ void Detector::Impl::RecordDip(NodeState& n, uint32_t node) {
   const double m = sum / (k - 1);
   const double cv = std::sqrt(std::max(0.0, sum2 / (k - 1) - m * m)) / m;
   if (!short_enough || !(cv <= to.stall_max_cv)) return;
-  n.stall_raised = true;
-  n.stall_period_s = sum_s / (k - 1);
-  Anomaly& a = Emit(AnomalyKind::kPeriodicStall, false, node, kNone, kNone,
-                    n.stall_period_s);
-  a.metric = "gpu_power_watts";
-  a.baseline_mean = n.busy;
+  // In synchronous data parallelism every rank waits for the starved one
+  // at the next collective, so all nodes dip together and the first to
+  // dip says nothing. The starved node is the one whose dataloader waits.
+  double peer_median = kNaN;
+  j.stall_raised = true;
+  j.stall_period_s = sum_s / (k - 1);
+  j.stall_node = StallCulprit(j, &peer_median);
+  Anomaly& a = Emit(AnomalyKind::kPeriodicStall, false, j.stall_node, kNone,
+                    kNone, j.stall_period_s);
+  a.job = j.name;
+  if (!a.step && step) a.step = step;
   a.score = m;
   a.detail = absl::StrCat("power dips every ", m, steps ? " steps" : " s");
-  if (std::isfinite(n.dl_wait)) {
-    absl::StrAppend(&a.detail, ", dataloader wait ", n.dl_wait, " s");
+  a.metric = "gpu_power_watts";
+  a.baseline_mean = n.busy;
+  if (j.stall_node == kNone) {
+    absl::StrAppend(&a.detail, " across the job; no node's dataloader wait "
+                               "stands out");
+    return;
   }
+  const double wait = nodes[j.stall_node].dl_mean;
+  if (!std::isfinite(wait)) return;  // a single node without the metric
+  a.metric = "train_dataloader_wait_seconds";
+  a.baseline_mean = peer_median;
+  absl::StrAppend(&a.detail, ", dataloader wait ", wait, " s");
+  if (std::isfinite(peer_median)) {
+    absl::StrAppend(&a.detail, " (other nodes ", peer_median, " s)");
+  }
+}
+
+uint32_t Detector::Impl::StallCulprit(const JobState& j,
+                                      double* peer_median) {
+  const TrendOptions& to = opt.trend;
+  uint32_t only = kNone, top = kNone;
+  int live = 0;
+  for (uint32_t nn : j.nodes) {
+    const NodeState& n = nodes[nn];
+    if (n.retired || n.silent) continue;
+    ++live;
+    only = nn;
+    if (std::isfinite(n.dl_mean) &&
+        (top == kNone || n.dl_mean > nodes[top].dl_mean)) {
+      top = nn;
+    }
+  }
+  if (live == 1) return only;  // a single node stalls by itself
+  if (top == kNone) return kNone;
+  scratch.clear();
+  for (uint32_t nn : j.nodes) {
+    const NodeState& n = nodes[nn];
+    if (nn != top && !n.retired && !n.silent && std::isfinite(n.dl_mean)) {
+      scratch.push_back(n.dl_mean);
+    }
+  }
+  if (scratch.empty()) return kNone;
+  *peer_median = detector_internal::MedianInPlace(scratch);
+  const double wait = nodes[top].dl_mean;
+  const bool stands_out = wait >= to.stall_dl_factor * *peer_median &&
+                          wait - *peer_median >= to.stall_dl_min_excess_s;
+  return stands_out ? top : kNone;
 }
 
 }  // namespace vigil

@@ -123,14 +123,15 @@ struct NodeState {
   int grace = 0;
   bool warmup = false;
   bool benign = false;
-  double dl_wait = kNaN;
+  // train_dataloader_wait_seconds: time-weighted EWMA (TrendOptions::
+  // stall_dl_tau_s) and the time of its last sample.
+  double dl_mean = kNaN;
+  double dl_ts = kNaN;
   std::vector<uint32_t> gpus;
   // Periodic stall: starts of the last dips.
   std::array<double, kHistory> dip_ts{};
   std::array<int64_t, kHistory> dip_step{};
   int dips = 0;
-  bool stall_raised = false;
-  double stall_period_s = 0;
 };
 
 // One job: its nodes and GPUs, peer medians, step progress.
@@ -148,6 +149,12 @@ struct JobState {
   double last_frame_ts = kNaN;
   double longest_stall_s = 0;
   double benign_phase_ts = -kInf;
+  // Periodic stall, raised once per job on the culprit node (kNone:
+  // job-wide); the latest dip of any of its nodes keeps it alive.
+  bool stall_raised = false;
+  uint32_t stall_node = kNone;
+  double stall_period_s = 0;
+  double last_dip_ts = kNaN;
 };
 
 }  // namespace detector_internal
@@ -162,7 +169,7 @@ struct Detector::Impl {
   void Bind(detector_internal::SeriesState& s, uint32_t node);
   void Ingest(detector_internal::SeriesState& s, uint32_t node, double x);
   void UpdatePhase(detector_internal::NodeState& n,
-                   detector_internal::JobState& j, uint32_t node);
+                   detector_internal::JobState& j);
   void Evaluate(detector_internal::SeriesState& s, uint32_t dense);
   void RedLines(detector_internal::SeriesState& s, uint32_t dense, double x);
   bool Learn(detector_internal::SeriesState& s, double x);
@@ -187,7 +194,12 @@ struct Detector::Impl {
                   const detector_internal::JobState& j, uint32_t gpu);
   void CheckOom(detector_internal::GpuState& g, uint32_t gpu);
   void CheckFragmentation(detector_internal::GpuState& g, uint32_t gpu);
-  void RecordDip(detector_internal::NodeState& n, uint32_t node);
+  void RecordDip(detector_internal::NodeState& n,
+                 detector_internal::JobState& j);
+  // The node of `j` whose dataloader wait stands out against the median of
+  // the others (returned in `peer_median`); kNone when none does.
+  uint32_t StallCulprit(const detector_internal::JobState& j,
+                        double* peer_median);
 
   // detector_liveness.cc
   void OnFrameTime(detector_internal::NodeState& n,

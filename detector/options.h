@@ -41,6 +41,12 @@ struct BaselineOptions {
   // 3 of 5: one-sided 3-sigma noise then fires ~1e-8 per sample instead of
   // 1.3e-3, while a real shift is confirmed within 3-5 samples.
   SustainOptions sustain = {3, 5, 10};
+  // train_dataloader_wait_seconds is the wait of the last step: a pipeline
+  // that starves every few steps shows as repeated spikes, not as 3 of 5
+  // samples (and with frames 10 s apart a short stall is no power dip
+  // either). 3 of 10, clear after 20 calm: a checkpoint or an eval every
+  // 100+ steps is one spike.
+  SustainOptions dataloader_sustain = {3, 10, 20};
   // Sigma is at least this fraction of |level|, so near-constant series
   // (temperature, clocks) do not alert on tiny noise.
   double sigma_floor_rel = 0.02;
@@ -176,6 +182,15 @@ struct TrendOptions {
   double stall_max_period_steps = 50;
   double stall_max_period_s = 60;
   double stall_max_cv = 0.35;
+  // A periodic stall is raised once per job. In synchronous data
+  // parallelism every node dips (the others wait at the collective for the
+  // starved one), so it is put on the node whose dataloader wait, a
+  // time-weighted EWMA over stall_dl_tau_s, is at least stall_dl_factor x
+  // the median of the other nodes' and stall_dl_min_excess_s above it; when
+  // no node stands out it is raised job-wide (empty node).
+  double stall_dl_tau_s = 60;
+  double stall_dl_factor = 3;
+  double stall_dl_min_excess_s = 0.05;
   // Throughput (train_tokens_per_second) below its learned level by more
   // than warn (tier 1, the requirement's 15 %) or severe (tier 2, 30 %),
   // and at least throughput_min_z sigmas, for 8 of 10 samples; clears

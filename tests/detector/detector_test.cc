@@ -381,6 +381,51 @@ std::vector<FaultCase> Faults() {
                "n001",
                {},
                45});
+  {
+    // Synchronous data parallelism: every node dips while n002 waits for
+    // its batch (reported with the step after the stall).
+    FaultCase t{"dataloader_stall_all_nodes_dip",
+                [](int64_t f, int n, NodeValues& v) {
+                  if (f < 0) return;
+                  if (f % 8 < 2) {
+                    for (auto& g : v.gpu) g.power = 80;
+                  }
+                  if (n == 2 && f % 8 == 2) v.dl_wait = 2;
+                },
+                K::kPeriodicStall,
+                "n002",
+                {},
+                45};
+    t.options = Opts(3, 26);
+    c.push_back(t);
+    FaultCase t2{"periodic_stall_no_culprit",
+                 OnNode(-1,
+                        [](int64_t f, NodeValues& v) {
+                          if (f % 8 < 2) {
+                            for (auto& g : v.gpu) g.power = 80;
+                          }
+                        }),
+                 K::kPeriodicStall,
+                 "",
+                 {},
+                 45};
+    t2.options = Opts(3, 27);
+    c.push_back(t2);
+    // Frames 10 s apart: a 1.6 s stall every few steps is no power dip,
+    // only the last step's dataloader wait now and then.
+    FaultCase t3{"dataloader_spikes_slow_frames",
+                 OnNode(1,
+                        [](int64_t f, NodeValues& v) {
+                          if (f % 4 == 0) v.dl_wait = 1.6;
+                        }),
+                 K::kBaselineHigh,
+                 "n001",
+                 {},
+                 150};
+    t3.options = Opts(4, 28);
+    t3.options.interval_s = 10;
+    c.push_back(t3);
+  }
   c.push_back(
       {"grad_explosion",
        OnNode(0, [](int64_t f,
