@@ -39,6 +39,11 @@ Rule WithTier(Rule r, int tier) {
   return r;
 }
 
+Rule Generic(Rule r) {
+  r.generic = true;
+  return r;
+}
+
 }  // namespace
 
 RuleSet DefaultRuleSet() {
@@ -157,21 +162,25 @@ RuleSet DefaultRuleSet() {
       Make("pcie_replays", {K::kBaselineHigh}, P2, {R::kDiagnosticReport},
            C::kGpuHardware, "PCIe replays up on {where}",
            {"gpu_pcie_replays_total"}),
-      // --- P3: info, recorded.
-      Make("gpu_temperature_high", {K::kBaselineHigh}, P3, {R::kLog},
-           C::kGpuHardware, "{metric} on {where} {value} (baseline {baseline})",
-           {"gpu_temperature_celsius", "gpu_memory_temperature_celsius"}),
-      Make("step_time_high", {K::kBaselineHigh}, P3, {R::kLog}, C::kPerformance,
-           "Step time of job {job} up to {value} s on {node}",
-           {"train_step_time_seconds"}),
-      Make("network_traffic_low", {K::kBaselineLow}, P3, {R::kLog},
-           C::kCommunication, "{metric} on {where} below baseline",
-           {"net_*", "gpu_nvlink_*"}),
+      // --- P3: info, recorded. Baselines that many faults move are
+      // generic: they never name an incident a specific rule explains.
+      Generic(Make("gpu_temperature_high", {K::kBaselineHigh}, P3, {R::kLog},
+                   C::kGpuHardware,
+                   "{metric} on {where} {value} (baseline {baseline})",
+                   {"gpu_temperature_celsius",
+                    "gpu_memory_temperature_celsius"})),
+      Generic(Make("step_time_high", {K::kBaselineHigh}, P3, {R::kLog},
+                   C::kPerformance,
+                   "Step time of job {job} up to {value} s on {node}",
+                   {"train_step_time_seconds"})),
+      Generic(Make("network_traffic_low", {K::kBaselineLow}, P3, {R::kLog},
+                   C::kCommunication, "{metric} on {where} below baseline",
+                   {"net_*", "gpu_nvlink_*"})),
       Make("mfu_low", {K::kMfuLow}, P3, {R::kLog}, C::kPerformance,
            "MFU of job {job} {value} (< 40 %) on {node}"),
-      Make("baseline_fluctuation", {K::kBaselineHigh, K::kBaselineLow}, P3,
-           {R::kLog}, C::kGeneral,
-           "{metric} on {where} {value} outside baseline {baseline}"),
+      Generic(Make("baseline_fluctuation", {K::kBaselineHigh, K::kBaselineLow},
+                   P3, {R::kLog}, C::kGeneral,
+                   "{metric} on {where} {value} outside baseline {baseline}")),
   };
   return set;
 }

@@ -28,6 +28,22 @@ bool IsCause(C c) {
          c == C::kDataPipeline || c == C::kNode;
 }
 
+// How well a rule names an incident, in increasing order: the family (a
+// general fluctuation < a job-wide symptom < a cause), then the severity,
+// then a cause-specific rule over a generic baseline one.
+std::tuple<int, int, bool> Specificity(const Rule& r) {
+  const int family = r.category == C::kGeneral       ? 0
+                     : r.category == C::kPerformance ? 1
+                                                     : 2;
+  return {family, -static_cast<int>(r.severity), !r.generic};
+}
+
+// A generic baseline drop (power, clock, traffic below baseline): what a
+// slower job shows on every GPU and NIC.
+bool IsSlowdownConsequence(const Anomaly& a, const Rule& rule) {
+  return rule.generic && a.kind == AnomalyKind::kBaselineLow;
+}
+
 // Categories whose anomalies are pinned to hardware on one node.
 bool IsLocal(C c) {
   return c == C::kGpuHardware || c == C::kCommunication || c == C::kNode;
@@ -86,6 +102,8 @@ struct IncidentEngine::Impl {
   void Remember(const Anomaly& a, const Rule* rule);
   Tracked* Inhibitor(const Anomaly& a);
   Tracked* GroupTarget(const Anomaly& a, const Rule& rule);
+  // The slowdown incident that explains the slowdown consequence `a`.
+  Tracked* SlowdownOf(const Anomaly& a, const Rule& rule);
   // Attaches the condition `key`; true when the evidence list grew.
   bool AddCondition(Tracked& t, const std::string& key, const Anomaly& a,
                     const Rule* rule, bool inhibited);
@@ -99,6 +117,10 @@ struct IncidentEngine::Impl {
   // Recomputes localisation, responses, summary and hint.
   void Refresh(Tracked& t);
   bool RaiseSeverity(Tracked& t, const Rule* rule, double ts);
+  // Makes the condition `key` the primary if `rule` is more specific than
+  // the primary rule; true when it did.
+  static bool TakeOver(Tracked& t, const std::string& key, const Anomaly& a,
+                       const Rule* rule);
   static void Emit(UpdateType type, double ts, const Tracked& t,
                    std::vector<IncidentUpdate>* out) {
     out->push_back({type, ts, t.inc});
@@ -191,6 +213,28 @@ Tracked* IncidentEngine::Impl::GroupTarget(const Anomaly& a, const Rule& rule) {
   return best;
 }
 
+Tracked* IncidentEngine::Impl::SlowdownOf(const Anomaly& a, const Rule& rule) {
+  if (!IsSlowdownConsequence(a, rule)) return nullptr;
+  Tracked* best = nullptr;
+  std::tuple<bool, Severity> best_rank;
+  for (const auto& tp : incidents) {
+    Tracked& t = *tp;
+    if (t.inc.state != IncidentState::kFiring || t.inc.job != a.job) continue;
+    const bool cause = IsCause(t.category) && t.inc.severity <= Severity::kP2;
+    if (!cause && t.category != C::kPerformance) continue;
+    if (t.active == 0 &&
+        a.ts - t.last_change_ts > rules.settings.group_window_s) {
+      continue;
+    }
+    const auto r = std::make_tuple(!cause, t.inc.severity);
+    if (best == nullptr || r < best_rank) {
+      best = &t;
+      best_rank = r;
+    }
+  }
+  return best;
+}
+
 bool IncidentEngine::Impl::AddCondition(Tracked& t, const std::string& key,
                                         const Anomaly& a, const Rule* rule,
                                         bool inhibited) {
@@ -228,6 +272,17 @@ bool IncidentEngine::Impl::AddCondition(Tracked& t, const std::string& key,
   return grew;
 }
 
+bool IncidentEngine::Impl::TakeOver(Tracked& t, const std::string& key,
+                                    const Anomaly& a, const Rule* rule) {
+  if (Specificity(*rule) <= Specificity(*t.primary_rule)) return false;
+  t.category = rule->category;
+  t.primary = a;
+  t.primary_rule = rule;
+  t.primary_key = key;
+  t.inc.kind = rule->name;
+  return true;
+}
+
 bool IncidentEngine::Impl::RaiseSeverity(Tracked& t, const Rule* rule,
                                          double ts) {
   if (!(rule->severity < t.inc.severity)) return false;
@@ -241,13 +296,7 @@ void IncidentEngine::Impl::Attach(Tracked& t, const std::string& key,
                                   bool inhibited,
                                   std::vector<IncidentUpdate>* out) {
   const bool grew = AddCondition(t, key, a, rule, inhibited);
-  if (!inhibited && t.category == C::kPerformance && IsCause(rule->category)) {
-    t.category = rule->category;
-    t.primary = a;
-    t.primary_rule = rule;
-    t.primary_key = key;
-    t.inc.kind = rule->name;
-  }
+  if (!inhibited) TakeOver(t, key, a, rule);
   const bool raised = !inhibited && RaiseSeverity(t, rule, a.ts);
   t.inc.last_update_ts = a.ts;
   Refresh(t);
@@ -272,14 +321,9 @@ void IncidentEngine::Impl::Reraise(Tracked& t, const std::string& key,
     kept.value = a.value;
   }
   AddCondition(t, key, kept, rule, inhibited);
-  if (key == t.primary_key && rule != old_rule &&
-      rule->severity < t.primary_rule->severity) {
-    t.primary = kept;
-    t.primary_rule = rule;
-    t.inc.kind = rule->name;
-  }
+  const bool took = !inhibited && TakeOver(t, key, kept, rule);
   const bool raised = !inhibited && RaiseSeverity(t, rule, a.ts);
-  if (raised || rule != old_rule) {
+  if (raised || took || rule != old_rule) {
     t.inc.last_update_ts = a.ts;
     Refresh(t);
   }
@@ -407,6 +451,8 @@ void IncidentEngine::Impl::Raise(const Anomaly& a,
     Attach(*t, key, a, rule, /*inhibited=*/true, out);
   } else if (Tracked* g = GroupTarget(a, *rule)) {
     Attach(*g, key, a, rule, /*inhibited=*/false, out);
+  } else if (Tracked* s = SlowdownOf(a, *rule)) {
+    Attach(*s, key, a, rule, /*inhibited=*/true, out);
   } else {
     OpenOrReopen(key, a, rule, out);
   }

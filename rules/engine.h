@@ -15,14 +15,29 @@
 //  - performance (throughput drop, hang, MFU, step time): a job-wide
 //    symptom; joins the most severe P0-P2 cause incident of the job active
 //    within group_window_s, else the job's symptom incident. A cause that
-//    arrives within group_window_s of a symptom-only incident takes it over
-//    (kind and localisation become the cause's).
+//    arrives within group_window_s of a symptom-only incident takes it over.
 //  - general: joins an incident on the same node (and GPU), else its own.
 // Inhibition: while a node_silent condition is active, every anomaly of
 // that node joins its incident; while a job_hang is active, power, clock,
 // traffic, baseline, throughput, MFU and stall anomalies of the job join
-// the hang's incident. Inhibited evidence changes neither severity nor
-// responses nor hint.
+// the hang's incident. A generic baseline drop (Rule::generic, e.g. power,
+// clock or traffic below baseline) that groups with nothing joins the
+// job's slowdown: its most severe P0-P2 cause incident active within
+// group_window_s, else its performance incident; a slower job drags every
+// GPU's power and every NIC's traffic. Inhibited evidence changes neither
+// severity nor responses nor hint nor kind.
+// Primary evidence: the incident's kind, category (hence grouping and
+// hint), summary and localisation text follow the attached evidence whose
+// rule names the fault best, ranked by family first (a cause - GPU
+// hardware, communication, data pipeline, model, memory, node - over a
+// job-wide performance symptom over a general fluctuation), then severity,
+// then a cause-specific rule over a generic baseline one. So evidence that
+// raises the severity renames the incident (temperature P3 -> thermal
+// throttle P2, loss divergence P2 -> grad explosion P1 -> loss NaN P0),
+// evidence of equal severity renames it only when it is cause-specific and
+// the primary is generic, and a symptom (throughput, hang) that raises a
+// cause incident leaves it named after its cause. The first detection (ts,
+// step) stays; severity_history records the rule of each rise.
 // Severity only rises while an incident fires (a severity_raised update);
 // a reopened incident restarts at its new evidence's severity.
 #ifndef VIGIL_RULES_ENGINE_H_

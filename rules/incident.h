@@ -81,7 +81,7 @@ struct Evidence {
   std::string rule;
   // True while the condition has not cleared.
   bool active = true;
-  // Attached because a node-down or hang incident inhibits it: a
+  // Attached because a node-down, hang or slowdown incident inhibits it: a
   // consequence of the fault, not a cause.
   bool inhibited = false;
 };
@@ -100,7 +100,8 @@ struct Incident {
   std::string id;
   Severity severity = Severity::kP3;
   // The name of the rule of the incident's primary (most specific cause)
-  // evidence, e.g. "gpu_thermal_throttle", "network_packet_loss".
+  // evidence, e.g. "gpu_thermal_throttle", "network_packet_loss"; it
+  // changes when more specific evidence arrives (see engine.h).
   std::string kind;
   std::string job;
   // Localisation: empty node / nullopt gpu when the fault is job-wide or
@@ -117,7 +118,7 @@ struct Incident {
   std::optional<double> resolved_ts;
   // How many times it was reopened.
   int reopen_count = 0;
-  // One line for humans.
+  // One line for humans, from the primary evidence.
   std::string summary;
   // Root-cause hint: category and concrete next steps.
   HintCategory hint_category = HintCategory::kGeneral;

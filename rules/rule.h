@@ -19,7 +19,8 @@
 //         "severity": "P1",                  // required for a new rule
 //         "responses": ["notify_sre"],       // default: by severity
 //         "summary": "Throttle on {where}: {detail}",
-//         "category": "gpu_hardware"         // default: "general"
+//         "category": "gpu_hardware",        // default: "general"
+//         "generic": false                   // default: false
 //       }
 //     ],
 //     "settings": {"resolve_after_s": 300, "reopen_window_s": 3600,
@@ -76,6 +77,12 @@ struct Rule {
   std::string summary;
   // Root-cause family: drives grouping and the hint.
   HintCategory category = HintCategory::kGeneral;
+  // A generic baseline rule: a metric left its baseline, which many faults
+  // cause (temperature up, traffic or step time off, any fluctuation). An
+  // incident is named after a cause-specific rule rather than a generic
+  // one of the same family and severity (see engine.h), and a generic
+  // baseline drop is taken as a consequence of a slowdown of its job.
+  bool generic = false;
 };
 
 // Incident lifecycle settings.

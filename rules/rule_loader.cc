@@ -286,7 +286,7 @@ class Loader {
     }
     CheckKeys(r, path,
               {"name", "enabled", "match", "severity", "responses", "summary",
-               "category"});
+               "category", "generic"});
     std::string name;
     if (auto it = r.find("name"); it == r.end()) {
       Error(Join(path, "name"), "required");
@@ -382,6 +382,13 @@ class Loader {
               absl::StrCat("unknown category ", it->dump()));
       } else {
         rule->category = *c;
+      }
+    }
+    if (auto it = r.find("generic"); it != r.end()) {
+      if (!it->is_boolean()) {
+        Error(Join(path, "generic"), TypeError("a boolean", *it));
+      } else {
+        rule->generic = it->get<bool>();
       }
     }
     if (is_new) added_.push_back(std::move(scratch));

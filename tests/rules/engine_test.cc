@@ -236,6 +236,8 @@ INSTANTIATE_TEST_SUITE_P(
               {"gpu_thermal_throttle", P2, "n7", 2, 1, C::kGpuHardware}},
              {U::kOpened, U::kOpened, U::kOpened, U::kEvidenceAdded,
               U::kOpened}},
+        // The NaN raises the incident to P0 and names it: the response
+        // (pause without checkpointing the NaN weights) is the NaN's.
         Case{"GradExplosionThenNanIsOneModelIncident",
              {{.ts = 100,
                .kind = K::kGradExplosion,
@@ -250,8 +252,92 @@ INSTANTIATE_TEST_SUITE_P(
                .kind = K::kLossNan,
                .node = "n2",
                .metric = "train_loss"}},
-             {{"grad_explosion", P0, "", std::nullopt, 3, C::kModel}},
+             {{"loss_nan", P0, "", std::nullopt, 3, C::kModel}},
              {U::kOpened, U::kSeverityRaised, U::kEvidenceAdded}},
+        Case{"LossDivergenceRenamedByGradExplosion",
+             {{.ts = 100,
+               .kind = K::kBaselineHigh,
+               .node = "n1",
+               .metric = "train_loss",
+               .score = 5},
+              {.ts = 110,
+               .kind = K::kGradExplosion,
+               .node = "n1",
+               .metric = "train_grad_norm",
+               .score = 8}},
+             {{"grad_explosion", P1, "", std::nullopt, 2, C::kModel}},
+             {U::kOpened, U::kSeverityRaised}},
+        Case{"TemperatureRenamedByTheThrottleThatRaisesIt",
+             {{.ts = 50,
+               .kind = K::kBaselineHigh,
+               .node = "n3",
+               .gpu = 5,
+               .metric = "gpu_temperature_celsius",
+               .score = 4},
+              kThrottle},
+             {{"gpu_thermal_throttle", P2, "n3", 5, 2, C::kGpuHardware}},
+             {U::kOpened, U::kSeverityRaised}},
+        Case{"PowerFluctuationRenamedByPeerPowerLow",
+             {{.ts = 50,
+               .kind = K::kBaselineLow,
+               .node = "n3",
+               .gpu = 5,
+               .metric = "gpu_power_watts",
+               .score = -4},
+              {.ts = 60, .kind = K::kPeerPowerLow, .node = "n3", .gpu = 5}},
+             {{"gpu_power_low", P2, "n3", 5, 2, C::kGpuHardware}},
+             {U::kOpened, U::kSeverityRaised}},
+        Case{"StepTimeRenamedByThroughputTiers",
+             {{.ts = 50,
+               .kind = K::kBaselineHigh,
+               .node = "n1",
+               .metric = "train_step_time_seconds",
+               .score = 4},
+              Throughput(100, "n1", 1, 0.2), Throughput(150, "n1", 2, 0.4)},
+             {{"throughput_drop_severe", P1, "", std::nullopt, 2,
+               C::kPerformance}},
+             {U::kOpened, U::kSeverityRaised, U::kSeverityRaised}},
+        Case{"SlowdownInhibitsGenericBaselineDrops",
+             {kThrottle,
+              {.ts = 150,
+               .kind = K::kBaselineLow,
+               .node = "n1",
+               .gpu = 0,
+               .metric = "gpu_power_watts",
+               .score = -4},
+              {.ts = 151,
+               .kind = K::kBaselineLow,
+               .node = "n2",
+               .gpu = 7,
+               .metric = "gpu_sm_clock_mhz",
+               .score = -4},
+              {.ts = 152,
+               .kind = K::kBaselineLow,
+               .node = "n2",
+               .dev = "mlx5_0",
+               .metric = "net_rx_bytes_total",
+               .score = -4}},
+             {{"gpu_thermal_throttle", P2, "n3", 5, 4, C::kGpuHardware}},
+             {U::kOpened, U::kEvidenceAdded, U::kEvidenceAdded,
+              U::kEvidenceAdded}},
+        Case{"BaselineDropWithoutSlowdownIsItsOwnIncident",
+             {{.ts = 100,
+               .kind = K::kBaselineLow,
+               .node = "n1",
+               .gpu = 0,
+               .metric = "gpu_power_watts",
+               .score = -4},
+              {.ts = 101, .kind = K::kFragmentation, .node = "n2", .gpu = 1},
+              {.ts = 102,
+               .kind = K::kBaselineLow,
+               .node = "n2",
+               .gpu = 7,
+               .metric = "gpu_power_watts",
+               .score = -4}},
+             {{"baseline_fluctuation", P3, "n1", 0, 1, C::kGeneral},
+              {"gpu_memory_fragmentation", P2, "n2", 1, 1, C::kMemory},
+              {"baseline_fluctuation", P3, "n2", 7, 1, C::kGeneral}},
+             {U::kOpened, U::kOpened, U::kOpened}},
         Case{"ThroughputTierEscalationRenamesAndRaises",
              {Throughput(100, "n1", 1, 0.2), Throughput(150, "n1", 2, 0.4)},
              {{"throughput_drop_severe", P1, "", std::nullopt, 1,
@@ -395,6 +481,64 @@ TEST(EngineTest, PacketLossToHangUpdatesCarryTheRise) {
   EXPECT_NE(inc.summary.find("job hung"), std::string::npos) << inc.summary;
   EXPECT_NE(inc.hint.find("ibstat"), std::string::npos) << inc.hint;
   EXPECT_NE(inc.hint.find("collective"), std::string::npos) << inc.hint;
+}
+
+// Equal severity: a cause-specific rule names the incident rather than a
+// generic baseline rule, whichever came first.
+TEST(EngineTest, SpecificRuleNamesAnIncidentOfEqualSeverity) {
+  RuleSet rules = DefaultRuleSet();
+  for (Rule& r : rules.rules) {
+    if (r.name == "gpu_temperature_high") r.severity = Severity::kP2;
+  }
+  const Ev temperature{.ts = 50,
+                       .kind = K::kBaselineHigh,
+                       .node = "n3",
+                       .gpu = 5,
+                       .metric = "gpu_temperature_celsius",
+                       .score = 4};
+  {
+    IncidentEngine engine(rules);
+    const auto u = Feed(engine, {temperature, kThrottle});
+    ASSERT_EQ(u.size(), 2u) << Describe(u);
+    EXPECT_EQ(u[1].type, UpdateType::kEvidenceAdded);
+    EXPECT_EQ(u[1].incident.kind, "gpu_thermal_throttle");
+    EXPECT_NE(u[1].incident.summary.find("throttling"), std::string::npos)
+        << u[1].incident.summary;
+    EXPECT_EQ(u[1].incident.ts, 50);
+  }
+  {
+    IncidentEngine engine(rules);
+    const auto u = Feed(engine, {kThrottle, At(temperature, 150)});
+    ASSERT_EQ(u.size(), 2u) << Describe(u);
+    EXPECT_EQ(u[1].incident.kind, "gpu_thermal_throttle");
+  }
+}
+
+TEST(EngineTest, RiseRenamesTheIncidentAndKeepsItsFirstDetection) {
+  IncidentEngine engine;
+  const auto u = Feed(engine, {{.ts = 50,
+                                .kind = K::kBaselineHigh,
+                                .node = "n3",
+                                .gpu = 5,
+                                .metric = "gpu_temperature_celsius",
+                                .score = 4},
+                               kThrottle});
+  ASSERT_EQ(u.size(), 2u) << Describe(u);
+  const Incident& inc = u[1].incident;
+  EXPECT_EQ(u[1].type, UpdateType::kSeverityRaised);
+  EXPECT_EQ(inc.kind, "gpu_thermal_throttle");
+  EXPECT_EQ(inc.severity, Severity::kP2);
+  EXPECT_EQ(inc.ts, 50);
+  EXPECT_EQ(inc.step, 50);
+  EXPECT_NE(inc.summary.find("Thermal/power throttling on n3 gpu5"),
+            std::string::npos)
+      << inc.summary;
+  EXPECT_EQ(inc.hint_category, HintCategory::kGpuHardware);
+  EXPECT_EQ(inc.responses, (std::vector<Response>{Response::kDiagnosticReport,
+                                                  Response::kLog}));
+  ASSERT_EQ(inc.severity_history.size(), 2u);
+  EXPECT_EQ(inc.severity_history[0].rule, "gpu_temperature_high");
+  EXPECT_EQ(inc.severity_history[1].rule, "gpu_thermal_throttle");
 }
 
 TEST(EngineTest, ResponsesBySeverityAndLocalisation) {
