@@ -188,7 +188,14 @@ Tracked* IncidentEngine::Impl::GroupTarget(const Anomaly& a, const Rule& rule) {
       if (tc == rc) rank = 0;
     } else if (IsLocal(rc)) {
       // A GPU fault stays with its GPU; links and nodes group per node.
-      const bool same_gpu = a.gpu && t.inc.gpu == a.gpu;
+      // The incident's own GPU, or one of its (uninhibited) conditions':
+      // NVLink trouble on gpu3 also lowers its peers' traffic, which makes
+      // the incident node-wide, and gpu3's XID 74 is still the same fault.
+      bool same_gpu = a.gpu && t.inc.gpu == a.gpu;
+      for (const auto& [key, c] : t.conditions) {
+        if (same_gpu || !a.gpu) break;
+        same_gpu = !c.inhibited && c.node == a.node && c.gpu == a.gpu;
+      }
       const bool same_family =
           tc == rc && (rc != C::kGpuHardware || !a.gpu.has_value());
       if (!a.node.empty() && t.inc.node == a.node &&

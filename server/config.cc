@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/json_syntax.h"
 #include "nlohmann/json.hpp"
 
 namespace vigil {
@@ -17,28 +18,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Records the first syntax error of a document, with its position.
-class SyntaxErrorFinder : public nlohmann::json_sax<Json> {
- public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&,
-                   const nlohmann::detail::exception& ex) override {
-    message = ex.what();
-    return false;
-  }
-  std::string message;
-};
 
 // Reads typed values out of JSON objects, collecting every error with its
 // key path instead of stopping at the first.
@@ -135,10 +114,8 @@ std::string PrefixLines(const std::string& path, absl::string_view text) {
 absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
   Json root = Json::parse(text, nullptr, false);
   if (root.is_discarded()) {
-    SyntaxErrorFinder finder;
-    Json::sax_parse(text, &finder);
     return absl::InvalidArgumentError(
-        absl::StrCat("(top level): not valid JSON: ", finder.message));
+        absl::StrCat("(top level): not valid JSON: ", JsonSyntaxError(text)));
   }
   ServerOptions o = *options;
   Reader r;

@@ -693,3 +693,35 @@ TEST(EngineTest, DisabledRuleOpensNothing) {
 
 }  // namespace
 }  // namespace vigil
+
+namespace vigil {
+namespace {
+
+// NVLink trouble on n001 gpu3 also lowers its peers' NVLink traffic, so the
+// incident spans the node; gpu3's XID 74 that follows is the same fault.
+TEST(EngineGroupingTest, GpuRedLineJoinsNodeWideIncidentInvolvingThatGpu) {
+  IncidentEngine engine;
+  auto anomaly = [](AnomalyKind kind, int gpu, double ts) {
+    Anomaly a;
+    a.kind = kind;
+    a.job = "llm";
+    a.node = "n001";
+    a.gpu = gpu;
+    a.ts = ts;
+    return a;
+  };
+  std::vector<Anomaly> first = {anomaly(AnomalyKind::kNvlinkErrors, 3, 100),
+                                anomaly(AnomalyKind::kNvlinkTrafficLow, 2, 105)};
+  engine.Process(first);
+  Anomaly xid = anomaly(AnomalyKind::kXid, 3, 130);
+  xid.value = 74;
+  xid.detail = "xid 74";
+  engine.Process({xid});
+  std::vector<Incident> incidents = engine.Incidents();
+  ASSERT_EQ(incidents.size(), 1u);
+  EXPECT_EQ(incidents[0].severity, Severity::kP0);
+  EXPECT_EQ(incidents[0].node, "n001");
+}
+
+}  // namespace
+}  // namespace vigil
