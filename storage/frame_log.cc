@@ -60,6 +60,10 @@ bool ParsePayload(std::string_view payload, std::vector<SeriesId>* ids,
     if (!Get(&payload, &ts) || !Get(&payload, &n)) return false;
     if (payload.size() / 12 < n) return false;
     const size_t begin = ids->size();
+    if (n == 0) {  // memcpy may not be given the null data() of an empty vector
+      extents.push_back(Extent{ts, begin, 0});
+      continue;
+    }
     ids->resize(begin + n);
     values->resize(begin + n);
     std::memcpy(ids->data() + begin, payload.data(), 4 * size_t{n});
@@ -131,6 +135,7 @@ absl::Status FrameLogWriter::Append(std::span<const FrameColumns> frames,
   for (const FrameColumns& f : frames) {
     Put(&buffer_, &pos, f.ts);
     Put(&buffer_, &pos, static_cast<uint32_t>(f.ids.size()));
+    if (f.ids.empty()) continue;  // an empty span may hold a null pointer
     std::memcpy(buffer_.data() + pos, f.ids.data(), 4 * f.ids.size());
     pos += 4 * f.ids.size();
     std::memcpy(buffer_.data() + pos, f.values.data(), 8 * f.values.size());
