@@ -163,6 +163,21 @@ class MemoryStore : public SeriesStore {
     return out;
   }
 
+  absl::Status PutState(std::string_view key, std::string_view value) override {
+    if (key.empty()) return absl::InvalidArgumentError("state key is empty");
+    absl::MutexLock l(&mu_);
+    state_[std::string(key)] = std::string(value);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> GetState(std::string_view key) const override {
+    absl::MutexLock l(&mu_);
+    auto it = state_.find(std::string(key));
+    if (it == state_.end())
+      return absl::NotFoundError(absl::StrCat("no state under \"", std::string(key), "\""));
+    return it->second;
+  }
+
   absl::Status Flush() override { return absl::OkStatus(); }
 
   absl::Status EnforceRetention() override {
@@ -202,6 +217,7 @@ class MemoryStore : public SeriesStore {
   std::vector<MemorySeries> series_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<SeriesKey, SeriesId> ids_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<Event>> events_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> state_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -67,6 +67,8 @@ constexpr const char* kCfNames[kNumCf] = {"default", "raw",    "rollup",
 
 constexpr char kLogStartKey[] = "log_start";
 constexpr char kNextSeqKey[] = "next_event_seq";
+// Service state (PutState) lives in the meta family under this prefix.
+constexpr char kStatePrefix[] = "state/";
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -200,6 +202,8 @@ class RocksDbStore : public SeriesStore {
   absl::StatusOr<std::vector<Aggregate>> QueryAggregate(
       SeriesId id, double from, double to, double step) const override;
   absl::StatusOr<uint64_t> AppendEvent(const Event& event) override;
+  absl::Status PutState(std::string_view key, std::string_view value) override;
+  absl::StatusOr<std::string> GetState(std::string_view key) const override;
   std::vector<Event> ListEvents(std::string_view stream, double from,
                                 double to, size_t limit) const override;
   absl::Status Flush() override;
@@ -751,6 +755,27 @@ absl::StatusOr<uint64_t> RocksDbStore::AppendEvent(const Event& event) {
   VIGIL_RETURN_IF_ERROR(FromRocks(db_->Write(write, &batch), "cannot append event"));
   next_seq_ = seq + 1;
   return seq;
+}
+
+absl::Status RocksDbStore::PutState(std::string_view key,
+                                    std::string_view value) {
+  if (key.empty()) return absl::InvalidArgumentError("state key is empty");
+  rocksdb::WriteOptions write;
+  write.sync = true;
+  return FromRocks(db_->Put(write, cf(kMeta),
+                            absl::StrCat(kStatePrefix, std::string(key)),
+                            rocksdb::Slice(value.data(), value.size())),
+                   "cannot store state");
+}
+
+absl::StatusOr<std::string> RocksDbStore::GetState(std::string_view key) const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf(kMeta),
+                               absl::StrCat(kStatePrefix, std::string(key)), &value);
+  if (s.IsNotFound())
+    return absl::NotFoundError(absl::StrCat("no state under \"", std::string(key), "\""));
+  VIGIL_RETURN_IF_ERROR(FromRocks(s, "cannot read state"));
+  return value;
 }
 
 std::vector<Event> RocksDbStore::ListEvents(std::string_view stream,

@@ -146,6 +146,14 @@ class SeriesStore {
   virtual std::vector<Event> ListEvents(std::string_view stream, double from,
                                         double to, size_t limit) const = 0;
 
+  // Stores `value` under `key` in a small key-value space for service
+  // state (e.g. escalation state), replacing what was there. Durable on
+  // return. kInvalidArgument if the key is empty.
+  virtual absl::Status PutState(std::string_view key, std::string_view value) = 0;
+
+  // The value stored under `key`, or kNotFound.
+  virtual absl::StatusOr<std::string> GetState(std::string_view key) const = 0;
+
   // Writes every open block as a chunk so the frame log can be truncated.
   virtual absl::Status Flush() = 0;
 

@@ -143,6 +143,20 @@ TEST_P(StoreHistoryTest, EventsByStreamAndTime) {
   EXPECT_EQ(store_->ListEvents("incident/1", 0, 1e10, 100).size(), 3u);
 }
 
+TEST_P(StoreHistoryTest, StateIsReplacedAndKept) {
+  EXPECT_EQ(store_->GetState("escalation").status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(store_->PutState("escalation", "v1").ok());
+  ASSERT_TRUE(store_->PutState("escalation", std::string("v2\0x", 4)).ok());
+  ASSERT_TRUE(store_->PutState("other", "o").ok());
+  EXPECT_EQ(store_->GetState("escalation").value_or(""), std::string("v2\0x", 4));
+  EXPECT_EQ(store_->GetState("other").value_or(""), "o");
+  EXPECT_EQ(store_->PutState("", "x").code(), absl::StatusCode::kInvalidArgument);
+  clock_.Advance(400 * kDay);
+  ASSERT_TRUE(store_->EnforceRetention().ok());
+  EXPECT_EQ(store_->GetState("other").value_or(""), "o");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StoreHistoryTest,
                          ::testing::Values(Backend::kMemory, Backend::kRocksDb),
                          BackendName);

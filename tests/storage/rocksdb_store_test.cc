@@ -109,6 +109,7 @@ TEST_F(RocksDbStoreTest, ReopenKeepsEverything) {
     ResolveAll(store.get());
     for (int f = 0; f < 50; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
     last_seq = *store->AppendEvent(Event{.stream = "s", .ts = kT0, .seq = 0, .payload = "p"});
+    ASSERT_TRUE(store->PutState("escalation", "state-1").ok());
   }
   auto store = Open();
   EXPECT_EQ(store->Stats().series, size_t{kSeries});
@@ -133,6 +134,7 @@ TEST_F(RocksDbStoreTest, ReopenKeepsEverything) {
   EXPECT_GT(*store->AppendEvent(Event{.stream = "s", .ts = kT0, .seq = 0, .payload = "q"}),
             last_seq);
   EXPECT_EQ(store->ListEvents("s", 0, 1e10, 10).size(), 2u);
+  EXPECT_EQ(store->GetState("escalation").value_or(""), "state-1");
 }
 
 TEST_F(RocksDbStoreTest, SecondOpenOfTheSameDirFails) {
