@@ -1,0 +1,24 @@
+// A scheduler that only says what it would do: for demos and dry runs.
+#ifndef VIGIL_ACTUATOR_NOOP_SCHEDULER_H_
+#define VIGIL_ACTUATOR_NOOP_SCHEDULER_H_
+
+#include "actuator/scheduler.h"
+
+namespace vigil {
+
+// Every action succeeds at once with a detail starting "dry run: would";
+// checkpoint actions report checkpoint "skipped". Thread-safe (stateless).
+class NoopScheduler : public Scheduler {
+ public:
+  std::string_view Name() const override { return "noop"; }
+  absl::StatusOr<ActionOutcome> CheckpointThenPause(
+      const ActionRequest& request) override;
+  absl::StatusOr<ActionOutcome> Pause(const ActionRequest& request) override;
+  absl::StatusOr<ActionOutcome> Cordon(const ActionRequest& request) override;
+  absl::StatusOr<ActionOutcome> Uncordon(const ActionRequest& request) override;
+  absl::StatusOr<ActionOutcome> Report(const ActionRequest& request) override;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_ACTUATOR_NOOP_SCHEDULER_H_
