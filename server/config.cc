@@ -93,6 +93,104 @@ class Reader {
   std::vector<std::string> errors_;
 };
 
+// The "auth" section.
+void ParseAuth(const Json& section, Reader& r, AuthOptions* auth) {
+  if (!r.CheckObject(section, "auth", {"anonymous_read", "tokens"})) return;
+  r.Bool(section, "auth", "anonymous_read", &auth->anonymous_read);
+  auto it = section.find("tokens");
+  if (it == section.end()) return;
+  if (!it->is_array()) return r.Error("auth.tokens", "must be an array");
+  auth->tokens.clear();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& t = (*it)[i];
+    const std::string path = absl::StrCat("auth.tokens[", i, "]");
+    if (!r.CheckObject(t, path, {"name", "role", "sha256"})) continue;
+    ApiToken token;
+    std::string role = "viewer";
+    r.String(t, path, "name", &token.name);
+    r.String(t, path, "role", &role);
+    r.String(t, path, "sha256", &token.sha256_hex);
+    if (token.name.empty()) r.Error(path + ".name", "required");
+    if (std::optional<Role> parsed = ParseRole(role)) {
+      token.role = *parsed;
+    } else {
+      r.Error(path + ".role", "must be viewer, operator or admin");
+    }
+    if (token.sha256_hex.size() != 64 ||
+        token.sha256_hex.find_first_not_of("0123456789abcdefABCDEF") !=
+            std::string::npos)
+      r.Error(path + ".sha256",
+              "must be the 64 hex digits of the token's SHA-256 (vigilctl "
+              "hash-token TOKEN)");
+    auth->tokens.push_back(std::move(token));
+  }
+}
+
+// The "notifications" section; receivers are checked with ValidateReceiver
+// and channel routes must name configured receivers.
+void ParseNotifications(const Json& section, Reader& r,
+                        NotificationOptions* out) {
+  if (!r.CheckObject(section, "notifications",
+                     {"public_url", "receivers", "channels"}))
+    return;
+  NotificationOptions n;
+  r.String(section, "notifications", "public_url", &n.public_url);
+  std::set<std::string> names;
+  if (auto it = section.find("receivers"); it != section.end()) {
+    if (!it->is_array()) {
+      r.Error("notifications.receivers", "must be an array");
+    } else {
+      for (size_t i = 0; i < it->size(); ++i) {
+        const Json& j = (*it)[i];
+        const std::string path = absl::StrCat("notifications.receivers[", i, "]");
+        if (!r.CheckObject(j, path, {"name", "type", "settings", "rate_per_minute"}))
+          continue;
+        ReceiverConfig receiver;
+        r.String(j, path, "name", &receiver.name);
+        r.String(j, path, "type", &receiver.type);
+        r.Integer(j, path, "rate_per_minute", 0, 100000, 1,
+                  &receiver.rate_per_minute);
+        if (auto s = j.find("settings"); s != j.end()) receiver.settings = *s;
+        if (receiver.name.empty()) {
+          r.Error(path + ".name", "required");
+        } else if (!names.insert(receiver.name).second) {
+          r.Error(path + ".name", absl::StrCat("duplicate receiver \"",
+                                               receiver.name, "\""));
+        }
+        if (absl::Status s = ValidateReceiver(receiver); !s.ok())
+          r.Error(path, std::string(s.message()));
+        n.receivers.push_back(std::move(receiver));
+      }
+    }
+  }
+  if (auto it = section.find("channels"); it != section.end() &&
+      r.CheckObject(*it, "notifications.channels",
+                    {"phone", "sms", "im", "email", "pagerduty", "webhook",
+                     "ticket"})) {
+    for (const auto& [channel, j] : it->items()) {
+      const std::string path = absl::StrCat("notifications.channels.", channel);
+      if (!r.CheckObject(j, path, {"receivers", "failover"})) continue;
+      ChannelRoute route;
+      r.Bool(j, path, "failover", &route.failover);
+      auto list = j.find("receivers");
+      if (list == j.end() || !list->is_array()) {
+        r.Error(path + ".receivers", "must be an array of receiver names");
+        continue;
+      }
+      for (const Json& name : *list) {
+        if (!name.is_string() || !names.count(name.get<std::string>())) {
+          r.Error(path + ".receivers",
+                  absl::StrCat("unknown receiver ", name.dump()));
+          continue;
+        }
+        route.receivers.push_back(name.get<std::string>());
+      }
+      n.channels[channel] = std::move(route);
+    }
+  }
+  *out = std::move(n);
+}
+
 // HOST:PORT with a non-empty host and a port in [0, 65535].
 bool ValidListenAddress(const std::string& address) {
   size_t colon = address.rfind(':');
@@ -121,7 +219,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
   Reader r;
   if (r.CheckObject(root, "", {"data_dir", "memory", "grpc_listen",
                                "http_listen", "web_dir", "storage", "ingest",
-                               "http", "detection"})) {
+                               "http", "detection", "auth", "escalation",
+                               "notifications", "actuator"})) {
     r.String(root, "", "data_dir", &o.data_dir);
     r.Bool(root, "", "memory", &o.memory);
     r.String(root, "", "grpc_listen", &o.grpc_listen);
@@ -169,6 +268,28 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
       r.Integer(*it, "detection", "learn_steps", 1, 100'000'000, 1,
                 &o.detector.baseline.learn_steps);
       r.Positive(*it, "detection", "k_sigma", 1, 100, &o.detector.baseline.k_sigma);
+    }
+    if (auto it = root.find("auth"); it != root.end())
+      ParseAuth(*it, r, &o.auth);
+    if (auto it = root.find("escalation"); it != root.end()) {
+      absl::StatusOr<EscalationConfig> escalation = ParseEscalationConfig(*it);
+      if (escalation.ok()) {
+        o.escalation = *std::move(escalation);
+      } else {
+        for (absl::string_view line :
+             absl::StrSplit(escalation.status().message(), '\n'))
+          r.Error("escalation", std::string(line));
+      }
+    }
+    if (auto it = root.find("notifications"); it != root.end())
+      ParseNotifications(*it, r, &o.notifications);
+    if (auto it = root.find("actuator"); it != root.end() &&
+        r.CheckObject(*it, "actuator",
+                      {"url", "secret_file", "checkpoint_timeout_seconds"})) {
+      r.String(*it, "actuator", "url", &o.actuator.url);
+      r.String(*it, "actuator", "secret_file", &o.actuator.secret_file);
+      r.Positive(*it, "actuator", "checkpoint_timeout_seconds", 1, 86400,
+                 &o.actuator.checkpoint_timeout_seconds);
     }
   }
   if (!r.errors().empty())

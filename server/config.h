@@ -5,13 +5,18 @@
 #define VIGIL_SERVER_CONFIG_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "detector/options.h"
+#include "escalation/escalation.h"
+#include "notify/notify.h"
 #include "rules/rule.h"
+#include "server/auth.h"
 
 namespace vigil {
 
@@ -27,7 +32,56 @@ namespace vigil {
 //    "ingest": {"max_future_skew_seconds": 300, "max_message_mb": 4},
 //    "http": {"max_points": 1000000, "threads": 8},
 //    "detection": {"enabled": true, "rules_file": "...",
-//                  "learn_steps": 1000, "k_sigma": 3}}
+//                  "learn_steps": 1000, "k_sigma": 3},
+//    "auth": {"anonymous_read": true,
+//             "tokens": [{"name": "alice", "role": "operator",
+//                         "sha256": "<hex sha256 of the token>"}]},
+//    "escalation": {...see escalation/escalation.h...},
+//    "notifications": {"public_url": "http://vigil.example:8080",
+//        "receivers": [{"name": "slack", "type": "slack",
+//                       "settings": {...see notify/notify.h...},
+//                       "rate_per_minute": 60}],
+//        "channels": {"phone": {"receivers": ["twilio-voice"]},
+//                     "sms": {"receivers": ["twilio-sms", "aliyun"],
+//                             "failover": true},
+//                     "im": {"receivers": ["slack", "feishu"]}, ...}},
+//    "actuator": {"url": "http://127.0.0.1:9191/v1/actions",
+//                 "secret_file": "/etc/vigil/actuator.secret",
+//                 "checkpoint_timeout_seconds": 300}}
+
+// Where the pages of one escalation channel ("phone", "sms", "im",
+// "email", "pagerduty", "webhook", "ticket") go.
+struct ChannelRoute {
+  // Receiver names (NotificationOptions::receivers).
+  std::vector<std::string> receivers;
+  // False: every receiver gets the page. True: the first that works does
+  // (the next is tried when one fails for good).
+  bool failover = false;
+};
+
+// Notification receivers and channel routing.
+struct NotificationOptions {
+  std::vector<ReceiverConfig> receivers;
+  // Channel name -> route; a channel with no route sends nothing (the
+  // timeline says so).
+  std::map<std::string, ChannelRoute> channels;
+  // Base URL of the UI for links in messages; empty: the http_listen
+  // address.
+  std::string public_url;
+};
+
+// Where automatic actions are sent (vigil-actuator, see actuator/README.md).
+struct ActuatorOptions {
+  // POST target; empty: actions are decided and recorded but not sent.
+  std::string url;
+  // File holding the shared HMAC secret (read by VigilServer::Start).
+  std::string secret_file;
+  // The secret itself (from secret_file; tests may set it directly).
+  std::string secret;
+  // How long the actuator waits for a job's checkpoint before pausing.
+  double checkpoint_timeout_seconds = 300;
+};
+
 struct ServerOptions {
   // Directory of the RocksDB store; required unless `memory`.
   std::string data_dir;
@@ -77,6 +131,15 @@ struct ServerOptions {
   // ("learn_steps") and baseline.k_sigma ("k_sigma"), the rest keep the
   // defaults of detector/options.h.
   DetectorOptions detector;
+
+  // API tokens and roles.
+  AuthOptions auth;
+  // Escalation policies, on-call schedules, interlocks.
+  EscalationConfig escalation = DefaultEscalationConfig();
+  // Receivers and channel routing.
+  NotificationOptions notifications;
+  // Remediation webhooks.
+  ActuatorOptions actuator;
 };
 
 // Applies the JSON config `text` on top of `*options`. On any problem

@@ -186,10 +186,36 @@ void DetectionService::Publish(std::vector<IncidentUpdate>& updates) {
     Event event{EventStream(it->second), u.ts, 0, Dump(payload)};
     if (!store.AppendEvent(event).ok()) persist_errors_.fetch_add(1);
     updates_by_type_[static_cast<size_t>(u.type)].fetch_add(1);
-    std::lock_guard<std::mutex> l(index_mu_);
-    index_[it->second] = std::move(snapshot);
+    {
+      std::lock_guard<std::mutex> l(index_mu_);
+      index_[it->second] = std::move(snapshot);
+    }
+    if (listener_ != nullptr) listener_->OnIncidentUpdate(u);
   }
   updates.clear();
+}
+
+absl::StatusOr<std::string> DetectionService::PublishExternal(
+    IncidentUpdate update) {
+  std::lock_guard<std::mutex> l(pipeline_mu_);
+  std::string engine_id;
+  if (update.type == UpdateType::kOpened) {
+    if (!update.incident.id.empty())
+      return absl::InvalidArgumentError("a new external incident has no id yet");
+    engine_id = absl::StrCat("external-", external_.size() + 1);
+  } else {
+    auto it = external_.find(update.incident.id);
+    if (it == external_.end())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"", update.incident.id, "\" is not an external incident"));
+    engine_id = it->second;
+  }
+  update.incident.id = engine_id;
+  std::vector<IncidentUpdate> updates = {std::move(update)};
+  Publish(updates);
+  const std::string server_id = server_ids_.at(engine_id);
+  external_.emplace(server_id, engine_id);
+  return server_id;
 }
 
 void DetectionService::TickLoop() {

@@ -48,6 +48,7 @@
 #include "rules/pipeline.h"
 #include "rules/rule.h"
 #include "server/frame_observer.h"
+#include "server/incident_listener.h"
 #include "storage/series_store.h"
 
 namespace vigil {
@@ -134,6 +135,19 @@ class DetectionService : public FrameObserver {
   // Current counters.
   DetectionCounters counters() const;
 
+  // Sets who hears about every persisted incident update (not owned, may
+  // be null). Must be called before Start().
+  void set_listener(IncidentListener* listener) { listener_ = listener; }
+
+  // Records an incident raised outside detection (e.g. "remediation
+  // halted" from the action interlocks): on kOpened `update.incident.id`
+  // must be empty and a server id is allocated and returned; later updates
+  // carry that id. Persisted, indexed and passed to the listener like
+  // detected incidents. kInvalidArgument for an id that is not one of
+  // its external incidents (or a non-empty id on kOpened). Must not be
+  // called from the listener.
+  absl::StatusOr<std::string> PublishExternal(IncidentUpdate update);
+
  private:
   // Loads stream "incidents" and each incident's latest event.
   absl::Status LoadStored();
@@ -153,6 +167,10 @@ class DetectionService : public FrameObserver {
       ABSL_GUARDED_BY(pipeline_mu_);
   int64_t next_id_ ABSL_GUARDED_BY(pipeline_mu_) = 1;
   std::vector<IncidentUpdate> updates_ ABSL_GUARDED_BY(pipeline_mu_);
+  // Server id -> engine id of incidents raised by PublishExternal.
+  absl::flat_hash_map<std::string, std::string> external_
+      ABSL_GUARDED_BY(pipeline_mu_);
+  IncidentListener* listener_ = nullptr;
   // The newest frame ts seen (-inf before the first frame) and the clock
   // time it was seen at.
   double newest_ts_ ABSL_GUARDED_BY(pipeline_mu_);

@@ -1,5 +1,6 @@
 #include "server/http_api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "server/escalation_service.h"
+#include "server/http_reply.h"
 
 namespace vigil {
 namespace {
@@ -25,15 +28,6 @@ constexpr size_t kDefaultIncidents = 100;
 constexpr size_t kMaxIncidents = 10'000;
 // Evidence entries kept per incident in a list (the detail has them all).
 constexpr size_t kListEvidence = 5;
-
-void Reply(httplib::Response& res, int status, const Json& body) {
-  res.status = status;
-  res.set_content(body.dump(), kJson);
-}
-
-void ReplyError(httplib::Response& res, int status, const std::string& what) {
-  Reply(res, status, Json{{"error", what}});
-}
 
 // Appends `v` as JSON: shortest round-trip form, or "nan"/"inf"/"-inf".
 void AppendNumber(std::string* out, double v) {
@@ -160,6 +154,20 @@ void HttpApi::Stop() {
 
 void HttpApi::InstallHandlers() {
   const HttpApiOptions& o = options_;
+  // Reads under /api/ need a viewer token unless anonymous reads are on;
+  // mutating handlers check their own role.
+  server_->set_pre_routing_handler([&o](const httplib::Request& req,
+                                        httplib::Response& res) {
+    if (o.auth == nullptr || req.method != "GET" ||
+        req.path.rfind("/api/", 0) != 0)
+      return httplib::Server::HandlerResponse::Unhandled;
+    absl::StatusOr<Identity> who =
+        o.auth->Authorize(req.get_header_value("Authorization"), Role::kViewer);
+    if (who.ok()) return httplib::Server::HandlerResponse::Unhandled;
+    ReplyStatus(res, who.status());
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  if (o.escalation != nullptr) InstallEscalationHandlers();
   if (!o.web_dir.empty() && std::filesystem::is_directory(o.web_dir)) {
     server_->set_mount_point("/", o.web_dir);
   }
@@ -251,6 +259,17 @@ void HttpApi::InstallHandlers() {
                                 "\"}"),
                    d.updates[i]);
     }
+    if (o.escalation != nullptr) {
+      const Outbox::Counters c = o.escalation->outbox_counters();
+      AppendFamily(&out, "vigil_outbox_items", "gauge",
+                   "Notifications and action webhooks by delivery state.");
+      AppendSample(&out, "vigil_outbox_items{state=\"pending\"}", c.pending);
+      AppendSample(&out, "vigil_outbox_items{state=\"delivered\"}", c.delivered);
+      AppendSample(&out, "vigil_outbox_items{state=\"failed\"}", c.failed);
+      AppendFamily(&out, "vigil_outbox_attempts_total", "counter",
+                   "Sends of notifications and action webhooks.");
+      AppendSample(&out, "vigil_outbox_attempts_total", c.attempts);
+    }
     AppendFamily(&out, "vigil_incident_persist_errors_total", "counter",
                  "Incident events the store failed to write.");
     AppendSample(&out, "vigil_incident_persist_errors_total", d.persist_errors);
@@ -280,6 +299,7 @@ void HttpApi::InstallHandlers() {
       return ReplyError(res, 400, error);
     Json list = Json::array();
     for (Json& incident : o.detection->ListIncidents(filter)) {
+      if (o.escalation != nullptr) o.escalation->Decorate(&incident);
       Json& evidence = incident["evidence"];
       incident["evidence_total"] = evidence.size();
       if (evidence.size() > kListEvidence)
@@ -295,6 +315,16 @@ void HttpApi::InstallHandlers() {
         o.detection->GetIncident(req.matches[1].str());
     if (!incident.ok())
       return ReplyError(res, 404, std::string(incident.status().message()));
+    if (o.escalation != nullptr) {
+      o.escalation->Decorate(&*incident);
+      Json& timeline = (*incident)["timeline"];
+      for (Json& event : o.escalation->Timeline(req.matches[1].str()))
+        timeline.push_back(std::move(event));
+      std::stable_sort(timeline.begin(), timeline.end(),
+                       [](const Json& a, const Json& b) {
+                         return a.value("ts", 0.0) < b.value("ts", 0.0);
+                       });
+    }
     Reply(res, 200, *incident);
   });
 

@@ -7,6 +7,8 @@
 //       &node=&limit=        incidents, newest first
 //   GET /api/v1/incidents/ID one incident with full evidence and timeline
 //   GET /                        files of the web dir (index.html)
+// and, with escalation, the operator API of server/http_escalation.cc
+// (acknowledge, silences, deliveries, actions, audit, on-call).
 // Bad parameters get 400 with {"error": "..."} naming the parameter;
 // unknown ids get 404 with the same form.
 #ifndef VIGIL_SERVER_HTTP_API_H_
@@ -20,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "server/auth.h"
 #include "server/detection_service.h"
 #include "server/ingest_metrics.h"
 #include "storage/series_store.h"
@@ -30,12 +33,18 @@ class Server;
 
 namespace vigil {
 
+class EscalationService;
+
 // What HttpApi needs. Pointers are not owned and must outlive it.
 struct HttpApiOptions {
   SeriesStore* store = nullptr;           // required
   Clock* clock = nullptr;                 // required: default query range
   const IngestMetrics* metrics = nullptr; // required
   const DetectionService* detection = nullptr;  // required
+  // Operator API and incident lifecycle; null: read-only detection API.
+  EscalationService* escalation = nullptr;
+  // Token checks; null: no checks (tests of the read API only).
+  const Authenticator* auth = nullptr;
   // Directory whose files are served under / ; empty or missing: none.
   std::string web_dir;
   // Most points one query answer may hold; more gets 400 asking for a step.
@@ -61,6 +70,8 @@ class HttpApi {
 
  private:
   void InstallHandlers();
+  // The operator API (server/http_escalation.cc).
+  void InstallEscalationHandlers();
 
   const HttpApiOptions options_;
   std::unique_ptr<httplib::Server> server_;

@@ -1,13 +1,17 @@
 #include "server/server.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "server/detection_service.h"
+#include "server/escalation_service.h"
 #include "server/http_api.h"
 #include "server/ingest_service.h"
 #include "storage/rocksdb_store.h"
@@ -43,13 +47,29 @@ class TeeObserver : public FrameObserver {
   FrameObserver* const second_;
 };
 
+// The secret in the file at `path`, without trailing whitespace.
+// kNotFound if it cannot be read, kInvalidArgument if it is empty.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read the secret"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string secret(absl::StripTrailingAsciiWhitespace(text.str()));
+  if (secret.empty())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the secret is empty"));
+  return secret;
+}
+
 }  // namespace
 
 VigilServer::VigilServer(const ServerOptions& options, Clock* clock,
-                         FrameObserver* observer)
+                         FrameObserver* observer, Transport* transport)
     : options_(options),
       clock_(clock != nullptr ? clock : RealClock()),
-      observer_(observer) {}
+      observer_(observer),
+      owned_transport_(transport == nullptr ? NewCurlTransport() : nullptr),
+      transport_(transport != nullptr ? transport : owned_transport_.get()),
+      authenticator_(std::make_unique<Authenticator>(options.auth)) {}
 
 VigilServer::~VigilServer() { (void)Stop(); }
 
@@ -88,6 +108,26 @@ absl::Status VigilServer::Start() {
   detection_options.rules = std::move(rules);
   detection_options.live = options_.detection_enabled;
   auto detection = std::make_unique<DetectionService>(detection_options);
+
+  EscalationServiceOptions escalation_options;
+  escalation_options.store = store.get();
+  escalation_options.clock = clock_;
+  escalation_options.detection = detection.get();
+  escalation_options.transport = transport_;
+  escalation_options.escalation = options_.escalation;
+  escalation_options.notifications = options_.notifications;
+  if (escalation_options.notifications.public_url.empty())
+    escalation_options.notifications.public_url =
+        absl::StrCat("http://", options_.http_listen);
+  escalation_options.actuator = options_.actuator;
+  if (escalation_options.actuator.secret.empty() &&
+      !options_.actuator.secret_file.empty()) {
+    VIGIL_ASSIGN_OR_RETURN(escalation_options.actuator.secret,
+                           ReadSecretFile(options_.actuator.secret_file));
+  }
+  auto escalation = std::make_unique<EscalationService>(escalation_options);
+  VIGIL_RETURN_IF_ERROR(escalation->Start());
+  detection->set_listener(escalation.get());
   VIGIL_RETURN_IF_ERROR(detection->Start());
   FrameObserver* observer = observer_;
   std::unique_ptr<FrameObserver> tee;
@@ -127,6 +167,8 @@ absl::Status VigilServer::Start() {
   http_options.clock = clock_;
   http_options.metrics = &metrics_;
   http_options.detection = detection.get();
+  http_options.escalation = escalation.get();
+  http_options.auth = authenticator_.get();
   http_options.web_dir = options_.web_dir;
   http_options.max_points = options_.max_query_points;
   http_options.threads = options_.http_threads;
@@ -135,11 +177,13 @@ absl::Status VigilServer::Start() {
   absl::StatusOr<int> bound = http->Start(http_host, http_port);
   if (!bound.ok()) {
     grpc_server->Shutdown();
+    escalation->Stop();
     return bound.status();
   }
 
   store_ = std::move(store);
   detection_ = std::move(detection);
+  escalation_ = std::move(escalation);
   tee_ = std::move(tee);
   ingest_ = std::move(ingest);
   grpc_server_ = std::move(grpc_server);
@@ -159,8 +203,10 @@ absl::Status VigilServer::Stop() {
   detection_->Stop();
   http_->Stop();
   http_.reset();
+  escalation_->Stop();
   tee_.reset();
   detection_.reset();
+  escalation_.reset();
   absl::Status flushed = store_->Flush();
   store_.reset();
   grpc_port_ = 0;

@@ -7,6 +7,8 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "notify/notify.h"
+#include "server/auth.h"
 #include "server/config.h"
 #include "server/frame_observer.h"
 #include "server/ingest_metrics.h"
@@ -19,6 +21,7 @@ class Server;
 namespace vigil {
 
 class DetectionService;
+class EscalationService;
 class HttpApi;
 class IngestService;
 
@@ -28,9 +31,12 @@ class IngestService;
 class VigilServer {
  public:
   // `clock` (not owned) defaults to RealClock(); `observer` (not owned,
-  // optional) receives every accepted frame. Both must outlive the server.
+  // optional) receives every accepted frame; `transport` (not owned)
+  // carries notifications and action webhooks, by default libcurl. All
+  // must outlive the server.
   explicit VigilServer(const ServerOptions& options, Clock* clock = nullptr,
-                       FrameObserver* observer = nullptr);
+                       FrameObserver* observer = nullptr,
+                       Transport* transport = nullptr);
   // Stops the server if running.
   ~VigilServer();
 
@@ -55,14 +61,20 @@ class VigilServer {
   // Detection and the incident index, or null before Start(); owned by the
   // server.
   DetectionService* detection() const { return detection_.get(); }
+  // Escalation, or null before Start(); owned by the server.
+  EscalationService* escalation() const { return escalation_.get(); }
 
  private:
   const ServerOptions options_;
   Clock* const clock_;
   FrameObserver* const observer_;
+  const std::unique_ptr<Transport> owned_transport_;
+  Transport* const transport_;
+  const std::unique_ptr<Authenticator> authenticator_;
   IngestMetrics metrics_;
   std::unique_ptr<SeriesStore> store_;
   std::unique_ptr<DetectionService> detection_;
+  std::unique_ptr<EscalationService> escalation_;
   // Feeds both the detection service and `observer_` when both are set.
   std::unique_ptr<FrameObserver> tee_;
   std::unique_ptr<IngestService> ingest_;

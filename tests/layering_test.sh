@@ -9,8 +9,8 @@ check() {  # description, grep output
 }
 check "RocksDB outside storage/rocksdb_*" "$(grep -rlE '#include [<"]rocksdb/' --include='*.h' --include='*.cc' common detector rules storage server agent proto 2>/dev/null | grep -vE '^storage/rocksdb_')"
 check "gRPC outside server/, agent/, proto/" "$(grep -rlE '#include [<"](grpcpp|grpc\+\+|grpc/)' --include='*.h' --include='*.cc' common detector rules storage 2>/dev/null)"
-check "httplib outside server/" "$(grep -rlE '#include [<"]httplib' --include='*.h' --include='*.cc' common detector rules storage agent 2>/dev/null)"
-check "I/O or protobuf in detector/ or rules/" "$(grep -rlE '#include [<"](fstream|iostream|cstdio|thread|vigil/v1/|google/protobuf|storage/|server/)' detector rules 2>/dev/null)"
-check "clock read outside common/" "$(grep -rnE 'system_clock::now|steady_clock::now|absl::Now\(\)|time\(nullptr\)' --include='*.h' --include='*.cc' detector rules storage server agent 2>/dev/null)"
+check "httplib outside server/, actuator/, ctl/" "$(grep -rlE '#include [<"]httplib' --include='*.h' --include='*.cc' common detector rules escalation notify storage agent 2>/dev/null)"
+check "I/O or protobuf in detector/, rules/ or escalation/" "$(grep -rlE '#include [<"](fstream|iostream|cstdio|thread|vigil/v1/|google/protobuf|storage/|server/|notify/|curl/|httplib)' detector rules escalation 2>/dev/null)"
+check "clock read outside common/" "$(grep -rnE 'system_clock::now|steady_clock::now|absl::Now\(\)|time\(nullptr\)' --include='*.h' --include='*.cc' detector rules escalation notify storage server agent actuator ctl 2>/dev/null)"
 if [ $fail -eq 0 ]; then echo "layering: ok"; fi
 exit $fail

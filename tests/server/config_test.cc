@@ -105,3 +105,49 @@ TEST(ConfigTest, ValidateRequiresDataDirAndAddresses) {
 
 }  // namespace
 }  // namespace vigil
+
+namespace vigil {
+namespace {
+
+TEST(EscalationConfigSectionsTest, ShippedExampleLoads) {
+  ServerOptions options;
+  absl::Status s = LoadServerConfigFile(
+      std::string(VIGIL_SOURCE_DIR) + "/deploy/examples/vigil-escalation.json", &options);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(options.auth.anonymous_read);
+  ASSERT_EQ(options.auth.tokens.size(), 3u);
+  EXPECT_EQ(options.auth.tokens[1].role, Role::kOperator);
+  EXPECT_EQ(options.notifications.receivers.size(), 11u);
+  EXPECT_TRUE(options.notifications.channels.at("sms").failover);
+  EXPECT_EQ(options.notifications.channels.at("im").receivers.size(), 4u);
+  EXPECT_EQ(options.escalation.schedules.size(), 2u);
+  EXPECT_EQ(options.actuator.secret_file, "/etc/vigil/actuator.secret");
+}
+
+TEST(EscalationConfigSectionsTest, ReportsEveryErrorWithItsPath) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({
+    "auth": {"tokens": [{"name": "", "role": "god", "sha256": "abc"}], "x": 1},
+    "escalation": {"policies": {"P0": {"steps": [{"targets": ["user:nobody"], "channels": ["fax"]}]}}},
+    "notifications": {"receivers": [{"name": "s", "type": "slack", "settings": {}},
+                                    {"name": "s", "type": "pigeon"}],
+                      "channels": {"im": {"receivers": ["s", "missing"]}, "telex": {}}},
+    "actuator": {"url": 7}
+  })", &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  const std::string m(s.message());
+  for (const char* expected :
+       {"auth.x: unknown key", "auth.tokens[0].name: required",
+        "auth.tokens[0].role: must be viewer, operator or admin",
+        "auth.tokens[0].sha256: must be the 64 hex digits",
+        "escalation: policies.P0.steps[0]", "notifications.receivers[0]",
+        "notifications.receivers[1].name: duplicate receiver \"s\"",
+        "notifications.channels.im.receivers: unknown receiver \"missing\"",
+        "notifications.channels.telex: unknown key", "actuator.url: must be a string"}) {
+    EXPECT_NE(m.find(expected), std::string::npos) << expected << " not in:\n" << m;
+  }
+  EXPECT_TRUE(options.notifications.receivers.empty());
+}
+
+}  // namespace
+}  // namespace vigil

@@ -1,0 +1,47 @@
+// JSON replies shared by the HTTP handlers of vigil-server.
+#ifndef VIGIL_SERVER_HTTP_REPLY_H_
+#define VIGIL_SERVER_HTTP_REPLY_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+
+namespace vigil {
+
+// Sets `status` and `body` (application/json) on `res`.
+inline void Reply(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+// Replies {"error": what}.
+inline void ReplyError(httplib::Response& res, int status, const std::string& what) {
+  Reply(res, status, nlohmann::json{{"error", what}});
+}
+
+// The HTTP status of a failed call: 400 invalid argument, 401
+// unauthenticated, 403 permission denied, 404 not found, 409 failed
+// precondition / already exists, 503 unavailable, else 500.
+inline int HttpStatusOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument: return 400;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    case absl::StatusCode::kPermissionDenied: return 403;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists: return 409;
+    case absl::StatusCode::kUnavailable: return 503;
+    default: return 500;
+  }
+}
+
+// Replies the error of a failed call with its HTTP status.
+inline void ReplyStatus(httplib::Response& res, const absl::Status& status) {
+  ReplyError(res, HttpStatusOf(status), std::string(status.message()));
+}
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_HTTP_REPLY_H_

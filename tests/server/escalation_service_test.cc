@@ -1,0 +1,372 @@
+// EscalationService against a scripted transport: pages per policy,
+// re-pages and acknowledgement, signed action webhooks, approval, the
+// circuit breaker's "remediation halted" incident, and state that survives
+// a restart. Detection is real (memory store); incidents are fed in as the
+// engine would publish them.
+#include "server/escalation_service.h"
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "notify/signing.h"
+#include "server/detection_service.h"
+
+namespace vigil {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kSecret[] = "actuator-secret";
+
+// Records every request; answers 200 "ok" unless `answer` says otherwise.
+class RecordingTransport : public Transport {
+ public:
+  TransportResult Send(const OutboundRequest& request, double) override {
+    std::lock_guard<std::mutex> l(mu_);
+    requests_.push_back(request);
+    if (absl::StrContains(request.url, "/actuator")) {
+      Json body = Json::parse(request.body, nullptr, false);
+      return {200, Json{{"id", body.value("id", "")}, {"status", "done"},
+                        {"detail", "ran " + body.value("action", "")}}.dump(),
+              std::nullopt, ""};
+    }
+    return {200, "ok", std::nullopt, ""};
+  }
+  std::vector<OutboundRequest> Matching(std::string_view url_part) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<OutboundRequest> out;
+    for (const OutboundRequest& r : requests_) {
+      if (r.url.find(url_part) != std::string::npos) out.push_back(r);
+    }
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<OutboundRequest> requests_;
+};
+
+// Waits (real time, up to 10 s) until `done` holds.
+bool Eventually(const std::function<bool()>& done) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return done();
+}
+
+EscalationConfig TestEscalation() {
+  Json section = Json::parse(R"({
+    "users": [{"name": "alice", "phone": "+15550001", "email": "alice@example.com"},
+              {"name": "bob", "phone": "+15550002"}],
+    "schedules": [
+      {"name": "primary", "layers": [{"name": "l", "rotation": "weekly",
+        "start": 1700000000, "users": ["alice"]}]},
+      {"name": "secondary", "layers": [{"name": "l", "rotation": "weekly",
+        "start": 1700000000, "users": ["bob"]}]}],
+    "interlocks": {"max_cordons": 5, "max_job_node_percent": 20}
+  })");
+  absl::StatusOr<EscalationConfig> config = ParseEscalationConfig(section);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+NotificationOptions TestNotifications() {
+  NotificationOptions n;
+  n.public_url = "http://vigil.test";
+  n.receivers = {
+      {"voice", "twilio_voice",
+       {{"account_sid", "AC1"}, {"auth_token", "tok"}, {"from", "+1555"},
+        {"callback_url", "http://vigil.test/api/v1/callbacks/twilio/voice"},
+        {"base_url", "http://twilio.test"}}, 0},
+      {"sms", "twilio_sms",
+       {{"account_sid", "AC1"}, {"auth_token", "tok"}, {"from", "+1555"},
+        {"base_url", "http://twilio.test"}}, 0},
+      {"slack", "slack", {{"url", "http://slack.test/hook"}}, 0},
+      {"mail", "email", {{"smtp_url", "smtp://mail.test"}, {"from", "vigil@test"}}, 0}};
+  n.channels = {{"phone", {{"voice"}, false}},
+                {"sms", {{"sms"}, true}},
+                {"im", {{"slack"}, false}},
+                {"email", {{"mail"}, false}}};
+  return n;
+}
+
+class EscalationServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions store_options;
+    store_options.clock = &clock_;
+    store_ = NewMemoryStore(store_options);
+    DetectionOptions d;
+    d.store = store_.get();
+    d.clock = &clock_;
+    d.live = false;
+    detection_ = std::make_unique<DetectionService>(d);
+    StartService();
+    ASSERT_TRUE(detection_->Start().ok());
+  }
+  void TearDown() override {
+    detection_->Stop();
+    if (service_) service_->Stop();
+  }
+
+  void StartService() {
+    EscalationServiceOptions o;
+    o.store = store_.get();
+    o.clock = &clock_;
+    o.detection = detection_.get();
+    o.transport = &transport_;
+    o.escalation = escalation_;
+    o.notifications = TestNotifications();
+    o.actuator.url = "http://127.0.0.1:1/actuator";
+    o.actuator.secret = kSecret;
+    service_ = std::make_unique<EscalationService>(o);
+    detection_->set_listener(service_.get());
+    ASSERT_TRUE(service_->Start().ok());
+  }
+
+  // Publishes an opened incident the way the engine would.
+  std::string Open(Severity severity, const std::string& kind,
+                   const std::string& job, const std::string& node,
+                   std::vector<Response> responses) {
+    IncidentUpdate u;
+    u.type = UpdateType::kOpened;
+    u.ts = clock_.Now();
+    u.incident.severity = severity;
+    u.incident.kind = kind;
+    u.incident.job = job;
+    u.incident.node = node;
+    u.incident.ts = u.ts;
+    u.incident.summary = kind + " on " + node;
+    u.incident.responses = std::move(responses);
+    absl::StatusOr<std::string> id = detection_->PublishExternal(u);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or("");
+  }
+
+  // Registers `nodes` nodes of `job` in the store (the gate counts them).
+  void AddJobNodes(const std::string& job, int nodes) {
+    for (int i = 0; i < nodes; ++i) {
+      SeriesKey key{"gpu_power_watts",
+                    {{"job", job}, {"node", absl::StrCat("n", i)}, {"gpu", "0"}}};
+      ASSERT_TRUE(NormalizeSeriesKey(&key).ok());
+      ASSERT_TRUE(store_->Resolve(key).ok());
+    }
+  }
+
+  size_t Calls() { return transport_.Matching("Calls.json").size(); }
+
+  FakeClock clock_;
+  RecordingTransport transport_;
+  EscalationConfig escalation_ = TestEscalation();
+  std::unique_ptr<SeriesStore> store_;
+  std::unique_ptr<DetectionService> detection_;
+  std::unique_ptr<EscalationService> service_;
+};
+
+TEST_F(EscalationServiceTest, P0PagesPhoneSmsImAtOnceAndAckStopsRepaging) {
+  const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1", {});
+  ASSERT_TRUE(Eventually([&] { return Calls() == 1; }))
+      << Json(service_->Timeline(id)).dump(1);
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("Messages.json").size() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("slack.test").size() == 1; }));
+  OutboundRequest call = transport_.Matching("Calls.json")[0];
+  EXPECT_TRUE(absl::StrContains(call.body, "To=%2B15550001")) << call.body;
+  EXPECT_EQ(call.username, "AC1");
+
+  // Unacknowledged: the primary is paged again after 5 minutes.
+  clock_.Advance(301);
+  ASSERT_TRUE(Eventually([&] { return Calls() == 2; }));
+
+  absl::StatusOr<Json> acked =
+      service_->Acknowledge(id, Identity{"alice", Role::kOperator}, "on it");
+  ASSERT_TRUE(acked.ok()) << acked.status();
+  EXPECT_EQ(acked->value("lifecycle", ""), "acknowledged");
+  // Slack hears who took it.
+  ASSERT_TRUE(Eventually([&] {
+    for (const OutboundRequest& r : transport_.Matching("slack.test"))
+      if (absl::StrContains(r.body, "alice")) return true;
+    return false;
+  }));
+  clock_.Advance(1200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Calls(), 2u);
+
+  // A second ack is refused; the timeline holds pages, deliveries and the
+  // ack; the audit log names alice.
+  EXPECT_EQ(service_->Acknowledge(id, Identity{"bob", Role::kOperator}, "").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::vector<Json> timeline = service_->Timeline(id);
+  auto has = [&](const std::string& type) {
+    for (const Json& e : timeline)
+      if (e.value("type", "") == type) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("page_queued"));
+  EXPECT_TRUE(has("delivery"));
+  EXPECT_TRUE(has("acknowledged"));
+  EXPECT_TRUE(has("comment"));
+  Json audit = service_->Audit(10)["entries"];
+  ASSERT_GE(audit.size(), 2u);
+  EXPECT_EQ(audit[0]["who"], "bob");
+  EXPECT_EQ(audit[1]["who"], "alice");
+  EXPECT_EQ(audit[1]["result"], "ok");
+}
+
+TEST_F(EscalationServiceTest, P0ActionsGoToTheActuatorSignedAndRecordTheAnswer) {
+  AddJobNodes("llm", 8);
+  const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
+                              {Response::kCheckpointThenPauseJob, Response::kCordonNode});
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("/actuator").size() == 2; }));
+  const double now = clock_.Now();
+  std::vector<std::string> actions;
+  for (const OutboundRequest& r : transport_.Matching("/actuator")) {
+    std::string ts, sig;
+    for (const auto& [name, value] : r.headers) {
+      if (name == "X-Vigil-Timestamp") ts = value;
+      if (name == "X-Vigil-Signature") sig = value;
+    }
+    EXPECT_TRUE(VerifyWebhook(kSecret, ts, sig, r.body, now, 300).ok()) << r.body;
+    Json body = Json::parse(r.body);
+    EXPECT_EQ(body["incident_id"], id);
+    EXPECT_EQ(body["job"], "llm");
+    actions.push_back(body["action"]);
+  }
+  EXPECT_EQ(actions, (std::vector<std::string>{"checkpoint_then_pause_job", "cordon_node"}));
+  ASSERT_TRUE(Eventually([&] {
+    Json list = service_->ListActions(id)["actions"];
+    if (list.size() != 2) return false;
+    for (const Json& a : list)
+      if (a["state"] != "done") return false;
+    return true;
+  }));
+  Json cordon = service_->ListActions(id)["actions"][0];
+  EXPECT_EQ(cordon["node"], "n1");
+  EXPECT_EQ(cordon["detail"], "ran cordon_node");
+}
+
+TEST_F(EscalationServiceTest, P1ActionsWaitForApproval) {
+  AddJobNodes("llm", 8);
+  const std::string id =
+      Open(Severity::kP1, "nic_link_flap", "llm", "n2", {Response::kCordonNode});
+  Json action = service_->ListActions(id)["actions"][0];
+  EXPECT_EQ(action["state"], "pending_approval");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(transport_.Matching("/actuator").empty());
+  absl::StatusOr<Json> approved = service_->ApproveAction(
+      action["id"].get<std::string>(), Identity{"carol", Role::kOperator});
+  ASSERT_TRUE(approved.ok()) << approved.status();
+  EXPECT_EQ((*approved)["state"], "sent");
+  EXPECT_EQ((*approved)["approved_by"], "carol");
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("/actuator").size() == 1; }));
+  EXPECT_EQ(service_->ApproveAction(action["id"].get<std::string>(),
+                                    Identity{"carol", Role::kOperator})
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(EscalationServiceTest, FaultStormOnThirtyPercentOfNodesTripsTheBreaker) {
+  AddJobNodes("big", 10);
+  // Three of ten nodes (30 %) fail at once; at most 20 % may be cordoned.
+  for (int i = 0; i < 3; ++i)
+    Open(Severity::kP0, "xid_fatal", "big", absl::StrCat("n", i), {Response::kCordonNode});
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("/actuator").size() == 2; }));
+  Json actions = service_->ListActions("")["actions"];
+  int halted = 0;
+  for (const Json& a : actions) halted += a["state"] == "halted";
+  EXPECT_EQ(halted, 1);
+  EXPECT_TRUE(service_->Remediation()["tripped"].get<bool>());
+  // A human is paged about it.
+  IncidentFilter filter;
+  ASSERT_TRUE(Eventually([&] {
+    for (const Json& i : detection_->ListIncidents(filter))
+      if (i["kind"] == "remediation_halted" && i["severity"] == "P1") return true;
+    return false;
+  }));
+  ASSERT_TRUE(Eventually([&] {
+    for (const OutboundRequest& r : transport_.Matching("slack.test"))
+      if (absl::StrContains(r.body, "remediation_halted")) return true;
+    return false;
+  }));
+  // Later cordons stay halted until an admin resets the breaker.
+  Open(Severity::kP0, "xid_fatal", "other", "m1", {Response::kCordonNode});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(transport_.Matching("/actuator").size(), 2u);
+  service_->ResetRemediation(Identity{"root", Role::kAdmin});
+  EXPECT_FALSE(service_->Remediation()["tripped"].get<bool>());
+  bool resolved = false;
+  for (const Json& i : detection_->ListIncidents(filter))
+    if (i["kind"] == "remediation_halted") resolved = i["state"] == "resolved";
+  EXPECT_TRUE(resolved);
+}
+
+TEST_F(EscalationServiceTest, AcknowledgementSurvivesARestart) {
+  const std::string id = Open(Severity::kP0, "loss_nan", "llm", "", {});
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("slack.test").size() == 1; }));
+  ASSERT_TRUE(service_->Acknowledge(id, Identity{"alice", Role::kOperator}, "").ok());
+  service_->Stop();
+  service_.reset();
+  StartService();
+  Json incident = {{"id", id}};
+  service_->Decorate(&incident);
+  EXPECT_EQ(incident["lifecycle"], "acknowledged");
+  const size_t calls = Calls();
+  clock_.Advance(1800);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Calls(), calls);
+}
+
+TEST_F(EscalationServiceTest, SilencedIncidentsAreNotPaged) {
+  absl::StatusOr<Json> silence = service_->AddSilence(
+      Json{{"matchers", {{{"name", "node"}, {"value", "n9*"}}}},
+           {"duration_minutes", 60},
+           {"comment", "maintenance"}},
+      Identity{"alice", Role::kOperator});
+  ASSERT_TRUE(silence.ok()) << silence.status();
+  EXPECT_EQ((*silence)["author"], "alice");
+  const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n90", {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Calls(), 0u);
+  Json incident = {{"id", id}};
+  service_->Decorate(&incident);
+  EXPECT_EQ(incident["lifecycle"], "silenced");
+  EXPECT_EQ(service_->AddSilence(Json{{"matchers", Json::array()}},
+                                 Identity{"alice", Role::kOperator})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // Expiring the silence pages what still fires.
+  ASSERT_TRUE(service_->ExpireSilence((*silence)["id"].get<std::string>(),
+                                      Identity{"alice", Role::kOperator})
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return Calls() == 1; }));
+}
+
+TEST_F(EscalationServiceTest, TwilioKeypressAcknowledgesWithAValidSignatureOnly) {
+  const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1", {});
+  const std::string query = absl::StrCat("incident=", id, "&key=", id, "%2F1%2Fphone%2Falice");
+  std::multimap<std::string, std::string> form = {{"CallSid", "CA1"}, {"Digits", "1"}};
+  std::string signed_text =
+      absl::StrCat("http://vigil.test/api/v1/callbacks/twilio/voice?", query);
+  for (const auto& [k, v] : form) absl::StrAppend(&signed_text, k, v);
+  const std::string good = Base64Encode(HmacSha1("tok", signed_text));
+  EXPECT_EQ(service_->TwilioCallback(query, form, "bad").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  absl::StatusOr<std::string> twiml = service_->TwilioCallback(query, form, good);
+  ASSERT_TRUE(twiml.ok()) << twiml.status();
+  EXPECT_TRUE(absl::StrContains(*twiml, "acknowledged")) << *twiml;
+  Json incident = {{"id", id}};
+  service_->Decorate(&incident);
+  EXPECT_EQ(incident["lifecycle"], "acknowledged");
+  EXPECT_EQ(incident["escalation"]["acknowledged_by"], "phone:alice");
+}
+
+}  // namespace
+}  // namespace vigil
