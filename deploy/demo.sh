@@ -32,7 +32,52 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-"$bin/server/vigil-server" --data-dir "$data/server" \
+# Escalation: local stand-ins for Twilio, Slack, Feishu and PagerDuty (they
+# check every request's format and signature and log it) and a dry-run
+# actuator, so pages and actions can be watched without real accounts.
+receiver_port=$((http_port + 11))
+actuator_port=$((http_port + 12))
+python3 "$root/tests/e2e/receivers.py" --port "$receiver_port" --log "$data/pages.jsonl" \
+  >"$data/receivers.log" 2>&1 &
+pids+=($!)
+[ -s "$data/actuator.secret" ] || head -c 32 /dev/urandom | base64 >"$data/actuator.secret"
+"$bin/actuator/vigil-actuator" --listen "127.0.0.1:$actuator_port" \
+  --secret-file "$data/actuator.secret" --backend noop --audit-log "$data/actuator-audit.jsonl" \
+  >"$data/actuator.log" 2>&1 &
+pids+=($!)
+token=demo-operator-token
+token_sha=$(printf %s "$token" | sha256sum | cut -d' ' -f1)
+r="http://127.0.0.1:$receiver_port"
+cat >"$data/vigil.json" <<EOF
+{"auth": {"tokens": [{"name": "demo", "role": "operator", "sha256": "$token_sha"}]},
+ "escalation": {
+   "users": [{"name": "alice", "phone": "+15550001", "email": "alice@example.com", "im": "U01"},
+             {"name": "bob", "phone": "+15550002", "email": "bob@example.com", "im": "U02"}],
+   "schedules": [
+     {"name": "primary", "layers": [{"name": "weekly", "rotation": "weekly",
+       "start": "2026-01-05T09:00:00Z", "users": ["alice", "bob"]}]},
+     {"name": "secondary", "layers": [{"name": "weekly", "rotation": "weekly",
+       "start": "2026-01-05T09:00:00Z", "users": ["bob", "alice"]}]}]},
+ "notifications": {"public_url": "http://127.0.0.1:$http_port",
+   "receivers": [
+     {"name": "twilio-voice", "type": "twilio_voice", "settings": {
+       "account_sid": "AC00000000000000000000000000000001", "auth_token": "twilio-token",
+       "from": "+15550000", "base_url": "$r/twilio",
+       "callback_url": "http://127.0.0.1:$http_port/api/v1/callbacks/twilio/voice"}},
+     {"name": "twilio-sms", "type": "twilio_sms", "settings": {
+       "account_sid": "AC00000000000000000000000000000001", "auth_token": "twilio-token",
+       "from": "+15550000", "base_url": "$r/twilio"}},
+     {"name": "slack", "type": "slack", "settings": {"url": "$r/slack"}},
+     {"name": "feishu", "type": "feishu", "settings": {"url": "$r/feishu", "secret": "feishu-secret"}},
+     {"name": "pagerduty", "type": "pagerduty", "settings": {
+       "routing_key": "R0UTINGKEY", "url": "$r/pagerduty/v2/enqueue"}}],
+   "channels": {"phone": {"receivers": ["twilio-voice"]}, "sms": {"receivers": ["twilio-sms"]},
+                "im": {"receivers": ["slack", "feishu"]}, "pagerduty": {"receivers": ["pagerduty"]}}},
+ "actuator": {"url": "http://127.0.0.1:$actuator_port/v1/actions",
+              "secret_file": "$data/actuator.secret"}}
+EOF
+
+"$bin/server/vigil-server" --data-dir "$data/server" --config "$data/vigil.json" \
   --grpc-listen "127.0.0.1:$grpc_port" --http-listen "127.0.0.1:$http_port" \
   --web-dir "$root/web" >"$data/server.log" 2>&1 &
 pids+=($!)
@@ -71,6 +116,10 @@ job "gpt-moe" on 2 nodes, job "bert-ft" on 1 node — each with a fault coming.
   metrics:    http://127.0.0.1:$http_port/metrics
   series:     http://127.0.0.1:$http_port/api/v1/series?node=n003&metric=gpu_sm_clock_mhz
   logs:       $data/*.log
+  pages:      $data/pages.jsonl (what the local Twilio/Slack/Feishu/PagerDuty stand-ins received)
+  actions:    $data/actuator-audit.jsonl (dry-run actuator)
+  operator:   export VIGIL_SERVER=http://127.0.0.1:$http_port VIGIL_TOKEN=$token
+              $bin/ctl/vigilctl incidents; $bin/ctl/vigilctl ack ID; $bin/ctl/vigilctl actions
 Expect: loss NaN (P0) after ~1 min, thermal throttle on n003 GPU 5 (P2) after
 ~2 min, packet loss on n102 (P1) after ~3 min rising to a hang (P0) ~3 min later.
 Ctrl-C to stop.
@@ -78,11 +127,12 @@ MSG
 while true; do
   sleep 10
   total=$(curl -sf "http://127.0.0.1:$http_port/metrics" | awk '/^vigil_ingest_samples_total /{print $2}')
-  echo "$(date +%T) samples ingested: ${total:-?}"
+  pages=$(wc -l <"$data/pages.jsonl" 2>/dev/null || echo 0)
+  echo "$(date +%T) samples ingested: ${total:-?}; pages delivered: $pages"
   curl -sf "http://127.0.0.1:$http_port/api/v1/incidents?state=all" | python3 -c '
 import json, sys
 for i in json.load(sys.stdin).get("incidents", []):
     where = (i.get("node") or "job-wide") + ("" if i.get("gpu") is None else " gpu %d" % i["gpu"])
-    print("   %s %-3s %-24s %-10s %-14s %s" % (i["id"], i["severity"], i["kind"], i["job"], where, i["summary"]))
+    print("   %s %-3s %-12s %-24s %-10s %-14s %s" % (i["id"], i["severity"], i.get("lifecycle", i["state"]), i["kind"], i["job"], where, i["summary"]))
 ' 2>/dev/null || true
 done

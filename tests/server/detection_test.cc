@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "notify/signing.h"
 #include "nlohmann/json.hpp"
 #include "server/detection_service.h"
 #include "tests/server/http_client.h"
@@ -276,6 +277,71 @@ TEST(DetectionTest, IncidentsSurviveRestartWithoutReusingIds) {
     EXPECT_EQ(GetJson(port, "/api/v1/incidents/inc-000002")["node"], "n2");
   }
   std::filesystem::remove_all(dir);
+}
+
+// The operator API over HTTP: tokens and roles, ack, silences, audit.
+TEST(DetectionTest, OperatorApiNeedsTheRightTokenAndChangesTheLifecycle) {
+  ServerOptions options = TestOptions();
+  auto sha = [](const std::string& token) { return HexEncode(Sha256(token)); };
+  options.auth.tokens = {{"vic", Role::kViewer, sha("viewer-token")},
+                         {"olga", Role::kOperator, sha("operator-token")}};
+  TestServer t(options);
+  RaiseEccFault(t, "n1");
+  const int port = t.server.http_port();
+  const std::string ack = "/api/v1/incidents/inc-000001/ack";
+  EXPECT_EQ(HttpCall(port, "POST", ack, "{}", "").status, 401);
+  EXPECT_EQ(HttpCall(port, "POST", ack, "{}", "wrong-token").status, 401);
+  HttpResult denied = HttpCall(port, "POST", ack, "{}", "viewer-token");
+  EXPECT_EQ(denied.status, 403);
+  EXPECT_NE(denied.body.find("needs operator"), std::string::npos) << denied.body;
+  EXPECT_EQ(HttpCall(port, "POST", ack, "not json", "operator-token").status, 400);
+  EXPECT_EQ(HttpCall(port, "POST", "/api/v1/incidents/inc-009999/ack", "{}",
+                     "operator-token").status, 404);
+  HttpResult ok = HttpCall(port, "POST", ack, R"({"comment":"mine"})", "operator-token");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(Json::parse(ok.body)["lifecycle"], "acknowledged");
+  EXPECT_EQ(HttpCall(port, "POST", ack, "{}", "operator-token").status, 409);
+
+  Json listed = GetJson(port, "/api/v1/incidents");
+  EXPECT_EQ(listed["incidents"][0]["lifecycle"], "acknowledged");
+  Json detail = GetJson(port, "/api/v1/incidents/inc-000001");
+  bool acked_in_timeline = false;
+  for (const Json& e : detail["timeline"])
+    acked_in_timeline |= e["type"] == "acknowledged" && e["who"] == "olga";
+  EXPECT_TRUE(acked_in_timeline) << detail["timeline"].dump(1);
+
+  HttpResult silence = HttpCall(
+      port, "POST", "/api/v1/silences",
+      R"({"matchers":[{"name":"node","value":"n2*"}],"duration_minutes":30,"comment":"swap"})",
+      "operator-token");
+  ASSERT_EQ(silence.status, 201) << silence.body;
+  EXPECT_EQ(HttpCall(port, "POST", "/api/v1/silences",
+                     R"({"matchers":[{"name":"rack","value":"r1"}],"duration_minutes":30})",
+                     "operator-token").status, 400);
+  EXPECT_EQ(GetJson(port, "/api/v1/silences")["silences"].size(), 1u);
+  const std::string id = Json::parse(silence.body)["id"];
+  EXPECT_EQ(HttpCall(port, "DELETE", "/api/v1/silences/" + id, "", "viewer-token").status, 403);
+  EXPECT_EQ(HttpCall(port, "DELETE", "/api/v1/silences/" + id, "", "operator-token").status, 200);
+  EXPECT_TRUE(GetJson(port, "/api/v1/silences")["silences"].empty());
+
+  Json whoami = Json::parse(HttpCall(port, "GET", "/api/v1/whoami", "", "viewer-token").body);
+  EXPECT_EQ(whoami["role"], "viewer");
+  EXPECT_EQ(HttpCall(port, "POST", "/api/v1/remediation/reset", "", "operator-token").status, 403);
+  Json audit = GetJson(port, "/api/v1/audit");
+  ASSERT_GE(audit["entries"].size(), 4u);
+  EXPECT_EQ(audit["entries"][0]["who"], "olga");
+  EXPECT_EQ(audit["entries"][0]["action"], "expire_silence");
+}
+
+TEST(DetectionTest, ReadsNeedATokenWhenAnonymousReadIsOff) {
+  ServerOptions options = TestOptions();
+  options.auth.anonymous_read = false;
+  options.auth.tokens = {{"vic", Role::kViewer, HexEncode(Sha256("viewer-token"))}};
+  TestServer t(options);
+  const int port = t.server.http_port();
+  EXPECT_EQ(HttpCall(port, "GET", "/api/v1/incidents", "", "").status, 401);
+  EXPECT_EQ(HttpCall(port, "GET", "/api/v1/incidents", "", "viewer-token").status, 200);
+  EXPECT_EQ(HttpCall(port, "GET", "/healthz", "", "").status, 200);
 }
 
 }  // namespace
