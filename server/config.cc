@@ -131,10 +131,15 @@ void ParseAuth(const Json& section, Reader& r, AuthOptions* auth) {
 void ParseNotifications(const Json& section, Reader& r,
                         NotificationOptions* out) {
   if (!r.CheckObject(section, "notifications",
-                     {"public_url", "receivers", "channels"}))
+                     {"public_url", "receivers", "channels", "retry_base_seconds",
+                      "retry_max_seconds"}))
     return;
   NotificationOptions n;
   r.String(section, "notifications", "public_url", &n.public_url);
+  r.Positive(section, "notifications", "retry_base_seconds", 1, 3600,
+             &n.retry_base_seconds);
+  r.Positive(section, "notifications", "retry_max_seconds", 1, 86400,
+             &n.retry_max_seconds);
   std::set<std::string> names;
   if (auto it = section.find("receivers"); it != section.end()) {
     if (!it->is_array()) {

@@ -38,6 +38,7 @@ namespace vigil {
 //                         "sha256": "<hex sha256 of the token>"}]},
 //    "escalation": {...see escalation/escalation.h...},
 //    "notifications": {"public_url": "http://vigil.example:8080",
+//        "retry_base_seconds": 2, "retry_max_seconds": 300,
 //        "receivers": [{"name": "slack", "type": "slack",
 //                       "settings": {...see notify/notify.h...},
 //                       "rate_per_minute": 60}],
@@ -68,6 +69,9 @@ struct NotificationOptions {
   // Base URL of the UI for links in messages; empty: the http_listen
   // address.
   std::string public_url;
+  // Retry backoff of undelivered pages: exponential from the base, capped.
+  double retry_base_seconds = 2;
+  double retry_max_seconds = 300;
 };
 
 // Where automatic actions are sent (vigil-actuator, see actuator/README.md).

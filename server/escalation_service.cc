@@ -91,8 +91,8 @@ EscalationService::EscalationService(EscalationServiceOptions options)
   o.store = options_.store;
   o.transport = options_.transport;
   o.clock = options_.clock;
-  o.base_backoff_seconds = options_.base_backoff_seconds;
-  o.max_backoff_seconds = options_.max_backoff_seconds;
+  o.base_backoff_seconds = options_.notifications.retry_base_seconds;
+  o.max_backoff_seconds = options_.notifications.retry_max_seconds;
   OutboxOptions actions = o;
   for (const ReceiverConfig& r : options_.notifications.receivers) {
     if (int rate = EffectiveRatePerMinute(r); rate > 0) o.rate_per_minute[r.name] = rate;

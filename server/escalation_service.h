@@ -56,9 +56,6 @@ struct EscalationServiceOptions {
   ActuatorOptions actuator;
   // Seconds between ticks (re-pages, silences, state snapshots).
   double tick_seconds = 1;
-  // Outbox retry tunables (see server/outbox.h).
-  double base_backoff_seconds = 2;
-  double max_backoff_seconds = 300;
 };
 
 // Thread-safe. OnIncidentUpdate is called by DetectionService (under its
