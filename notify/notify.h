@@ -146,6 +146,10 @@ struct DeliveryJudgement {
 DeliveryJudgement JudgeResponse(std::string_view type,
                                 const TransportResult& result);
 
+// `text` escaped for XML element content and attribute values (& < > " ').
+// Used for TwiML, including the server's answer to Twilio's callback.
+std::string XmlEscape(std::string_view text);
+
 // Delay before retry number `attempt` (1-based): exponential from
 // `base_seconds`, capped at `max_seconds`, with full jitter drawn
 // deterministically from `jitter_seed`.

@@ -10,14 +10,7 @@
 #include "notify/render_internal.h"
 #include "notify/signing.h"
 
-namespace vigil::notify_internal {
-namespace {
-
-constexpr char kTwilioBaseUrl[] = "https://api.twilio.com";
-constexpr char kAliyunBaseUrl[] = "https://dysmsapi.aliyuncs.com";
-constexpr size_t kSmsMaxChars = 1600;           // Twilio's Body limit
-constexpr size_t kSpokenSummaryMaxChars = 300;  // keeps calls short
-constexpr size_t kAliyunParamMaxChars = 35;     // per template variable
+namespace vigil {
 
 std::string XmlEscape(std::string_view text) {
   std::string out;
@@ -45,6 +38,17 @@ std::string XmlEscape(std::string_view text) {
   }
   return out;
 }
+
+}  // namespace vigil
+
+namespace vigil::notify_internal {
+namespace {
+
+constexpr char kTwilioBaseUrl[] = "https://api.twilio.com";
+constexpr char kAliyunBaseUrl[] = "https://dysmsapi.aliyuncs.com";
+constexpr size_t kSmsMaxChars = 1600;           // Twilio's Body limit
+constexpr size_t kSpokenSummaryMaxChars = 300;  // keeps calls short
+constexpr size_t kAliyunParamMaxChars = 35;     // per template variable
 
 // application/x-www-form-urlencoded body of `fields`, in order.
 std::string FormEncode(

@@ -863,17 +863,8 @@ absl::StatusOr<std::string> EscalationService::TwilioCallback(
   } else {
     say = "No valid choice received. The incident stays open.";
   }
-  std::string escaped;
-  for (char c : say) {
-    switch (c) {
-      case '&': escaped += "&amp;"; break;
-      case '<': escaped += "&lt;"; break;
-      case '>': escaped += "&gt;"; break;
-      default: escaped += c;
-    }
-  }
   return absl::StrCat(
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Say>", escaped,
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Say>", XmlEscape(say),
       "</Say></Response>");
 }
 
