@@ -314,7 +314,7 @@ void EscalationService::EnqueuePage(const Page& page) {
     items.push_back(std::move(item));
   }
   for (OutboxItem& item : items) {
-    const std::string key = item.key, receivers = [&] {
+    const std::string receivers = [&] {
       std::vector<std::string> names;
       for (const OutboxRoute& r : item.routes) names.push_back(r.receiver);
       return absl::StrJoin(names, " -> ");
