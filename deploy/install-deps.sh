@@ -7,7 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libzstd-dev libeigen3-dev libcpp-httplib-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libsimdjson-dev
-  libcurl4-openssl-dev libssl-dev openssl munge slurmctld slurmd slurm-client
+  libcurl4-openssl-dev libssl-dev openssl munge slurmctld slurmd slurm-client systemd
   curl python3
 )
 missing=()
