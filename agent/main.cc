@@ -5,6 +5,7 @@
 //               [--job NAME] [--gpus 8] [--interval 1.0] [--seed N]
 //               [--start-step N] [--duration SECONDS] [--fault-node NAME]
 //               [--fault-gpu N] [--fault-at-step N] [--fault-at SECONDS]
+//               [--spool-dir DIR] [--spool-max-mb 256]
 //
 // Flags take "--name value" or "--name=value"; --simulate takes a value only
 // as --simulate=SCENARIO (bare --simulate means "healthy"). SCENARIO is a
@@ -13,16 +14,23 @@
 // node; a node the fault is not on still shows its job-wide effects (a
 // straggler slows, a hang stops every node), so run every agent of a job
 // with the same scenario, seed and --fault-node.
+//
+// Unacknowledged batches wait in memory (64 MiB), or with --spool-dir in a
+// disk spool of at most --spool-max-mb (see agent/disk_spool.h); either way
+// the oldest are dropped, and counted, when the bound is hit.
 #include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/numbers.h"
+#include "agent/disk_spool.h"
 #include "agent/runner.h"
 #include "agent/scenario_spec.h"
 #include "agent/scenarios.h"
@@ -37,6 +45,7 @@ constexpr char kUsage[] =
     "         [--start-step N] [--duration SECONDS (0 = forever)]\n"
     "         [--fault-node NAME (this node)] [--fault-gpu 3]\n"
     "         [--fault-at-step N | --fault-at SECONDS (kind default, 120)]\n"
+    "         [--spool-dir DIR (none: queue in memory)] [--spool-max-mb 256]\n"
     "  SCENARIO: healthy, a fault kind or FILE.json; kinds:\n";
 
 // Seconds the agent keeps trying to deliver pending batches on exit.
@@ -60,10 +69,11 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {
-      {"server", ""},      {"node", ""},          {"job", "llama-70b"},
-      {"gpus", "8"},       {"interval", "1.0"},   {"seed", "1"},
-      {"start-step", "0"}, {"duration", "0"},     {"fault-node", ""},
-      {"fault-gpu", ""},   {"fault-at-step", ""}, {"fault-at", ""}};
+      {"server", ""},      {"node", ""},           {"job", "llama-70b"},
+      {"gpus", "8"},       {"interval", "1.0"},    {"seed", "1"},
+      {"start-step", "0"}, {"duration", "0"},      {"fault-node", ""},
+      {"fault-gpu", ""},   {"fault-at-step", ""},  {"fault-at", ""},
+      {"spool-dir", ""},   {"spool-max-mb", "256"}};
   std::string simulate;  // empty: not given
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -98,8 +108,12 @@ int main(int argc, char** argv) {
   }
   int gpus = 0;
   double interval = 0, duration = 0;
-  uint64_t seed = 0;
+  uint64_t seed = 0, spool_max_mb = 0;
   int64_t start_step = 0;
+  if (!absl::SimpleAtoi(flags["spool-max-mb"], &spool_max_mb) ||
+      spool_max_mb == 0 || spool_max_mb > (uint64_t{1} << 20)) {
+    return Fail("bad --spool-max-mb: want 1 to 1048576");
+  }
   if (!absl::SimpleAtoi(flags["gpus"], &gpus) ||
       !absl::SimpleAtod(flags["interval"], &interval) || !(interval > 0) ||
       !absl::SimpleAtod(flags["duration"], &duration) || duration < 0 ||
@@ -161,8 +175,23 @@ int main(int argc, char** argv) {
   client_options.server = flags["server"];
   client_options.node = flags["node"];
   client_options.interval_seconds = interval;
+  std::unique_ptr<vigil::agent::BatchQueue> queue;  // null: in memory
+  if (!flags["spool-dir"].empty()) {
+    absl::StatusOr<std::unique_ptr<vigil::agent::DiskBatchQueue>> spool =
+        vigil::agent::DiskBatchQueue::Open(flags["spool-dir"],
+                                           spool_max_mb << 20);
+    if (!spool.ok()) return Fail(std::string(spool.status().message()));
+    if ((*spool)->dropped() > 0) {
+      std::fprintf(stderr,
+                   "vigil-agent: dropped %llu unacknowledged batches a "
+                   "previous agent left in %s\n",
+                   static_cast<unsigned long long>((*spool)->dropped()),
+                   flags["spool-dir"].c_str());
+    }
+    queue = std::move(*spool);
+  }
   absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> client =
-      vigil::agent::StreamClient::Create(client_options);
+      vigil::agent::StreamClient::Create(client_options, std::move(queue));
   if (!client.ok()) return Fail(std::string(client.status().message()));
 
   // SIGINT/SIGTERM go to one thread: the first stops the runner (pending

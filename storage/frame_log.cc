@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "storage/crc32c.h"
+#include "common/crc32c.h"
 
 namespace vigil {
 namespace {

@@ -1,6 +1,6 @@
 // CRC-32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.
-#ifndef VIGIL_STORAGE_CRC32C_H_
-#define VIGIL_STORAGE_CRC32C_H_
+#ifndef VIGIL_COMMON_CRC32C_H_
+#define VIGIL_COMMON_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -12,4 +12,4 @@ uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 
 }  // namespace vigil
 
-#endif  // VIGIL_STORAGE_CRC32C_H_
+#endif  // VIGIL_COMMON_CRC32C_H_
