@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "server/detection_service.h"
+#include "escalation/escalation.h"
 #include "server/escalation_service.h"
 #include "server/http_api.h"
 #include "server/ingest_service.h"
@@ -81,6 +82,12 @@ absl::Status VigilServer::Start() {
   if (!options_.rules_file.empty()) {
     VIGIL_ASSIGN_OR_RETURN(rules, LoadRuleFile(options_.rules_file));
   }
+  // Escalation forgets resolved incidents after a week; a reopen after that
+  // would restart its page numbering and collide with delivered pages.
+  if (rules.settings.reopen_window_s >= Escalator::kForgetResolvedAfterSeconds)
+    return absl::InvalidArgumentError(absl::StrCat(
+        options_.rules_file, ": settings.reopen_window_s must be below ",
+        Escalator::kForgetResolvedAfterSeconds, " (7 days)"));
 
   StoreOptions store_options;
   store_options.clock = clock_;

@@ -1,8 +1,10 @@
 // The "detection" section of the server config.
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "server/config.h"
+#include "server/server.h"
 
 namespace vigil {
 namespace {
@@ -55,6 +57,20 @@ TEST(DetectionConfigTest, KSigmaMustBeAboveTheClearBand) {
 TEST(DetectionConfigTest, MissingRuleFileIsNotFound) {
   absl::StatusOr<RuleSet> rules = LoadRuleFile("/nonexistent/rules.json");
   EXPECT_EQ(rules.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(DetectionConfigTest, ReopenWindowMustEndBeforeEscalationForgets) {
+  const std::string path = ::testing::TempDir() + "/reopen_rules.json";
+  std::ofstream(path) << R"({"settings": {"reopen_window_s": 700000}})";
+  ServerOptions options;
+  options.memory = true;
+  options.grpc_listen = "127.0.0.1:0";
+  options.http_listen = "127.0.0.1:0";
+  options.rules_file = path;
+  VigilServer server(options);
+  absl::Status s = server.Start();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("reopen_window_s must be below"), std::string::npos) << s;
 }
 
 }  // namespace
