@@ -366,6 +366,16 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
   request.action = action.value("action", "");
   request.job = action.value("job", "");
   request.node = action.value("node", "");
+  if (options_.actuator.url.empty()) {
+    // Remediation is off: record what would have been asked, never count it
+    // against the circuit breaker.
+    action["verdict"] = "disabled";
+    action["state"] = "not_sent";
+    action["decision"] = "no actuator configured";
+    action["updated_ts"] = now;
+    SaveAction(action);
+    return action;
+  }
   int job_nodes = 0;
   if (!request.job.empty()) {
     SeriesFilter filter;
@@ -393,38 +403,33 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
     tick_cv_.notify_all();
   }
   if (decision.verdict == ActionVerdict::kRun) {
-    if (options_.actuator.url.empty()) {
-      action["state"] = "not_sent";
-      action["detail"] = "no actuator url configured";
-    } else {
-      Json body = {{"id", action["id"]},
-                   {"action", request.action},
-                   {"incident_id", request.incident_id},
-                   {"severity", action["severity"]},
-                   {"job", request.job},
-                   {"node", request.node},
-                   {"reason", action.value("reason", "")},
-                   {"requested_by", action.value("approved_by", action.value("requested_by", "vigil"))},
-                   {"checkpoint_timeout_seconds",
-                    options_.actuator.checkpoint_timeout_seconds}};
-      OutboundRequest http;
-      http.url = options_.actuator.url;
-      http.headers = {{"Content-Type", "application/json"},
-                      {"Idempotency-Key", action["id"].get<std::string>()},
-                      {"User-Agent", "vigil/1"}};
-      http.body = body.dump();
-      OutboxItem item;
-      item.key = absl::StrCat("action/", action["id"].get<std::string>());
-      item.incident_id = request.incident_id;
-      item.kind = "action";
-      item.description = absl::StrCat(request.action, " ", request.job,
-                                      request.node.empty() ? "" : " ", request.node);
-      item.routes.push_back({kActuatorReceiver, "webhook", {std::move(http)}});
-      absl::Status s = action_outbox_->Enqueue(std::move(item));
-      if (!s.ok() && !absl::IsAlreadyExists(s)) {
-        action["state"] = "failed";
-        action["detail"] = std::string(s.message());
-      }
+    Json body = {{"id", action["id"]},
+                 {"action", request.action},
+                 {"incident_id", request.incident_id},
+                 {"severity", action["severity"]},
+                 {"job", request.job},
+                 {"node", request.node},
+                 {"reason", action.value("reason", "")},
+                 {"requested_by", action.value("approved_by", action.value("requested_by", "vigil"))},
+                 {"checkpoint_timeout_seconds",
+                  options_.actuator.checkpoint_timeout_seconds}};
+    OutboundRequest http;
+    http.url = options_.actuator.url;
+    http.headers = {{"Content-Type", "application/json"},
+                    {"Idempotency-Key", action["id"].get<std::string>()},
+                    {"User-Agent", "vigil/1"}};
+    http.body = body.dump();
+    OutboxItem item;
+    item.key = absl::StrCat("action/", action["id"].get<std::string>());
+    item.incident_id = request.incident_id;
+    item.kind = "action";
+    item.description = absl::StrCat(request.action, " ", request.job,
+                                    request.node.empty() ? "" : " ", request.node);
+    item.routes.push_back({kActuatorReceiver, "webhook", {std::move(http)}});
+    absl::Status s = action_outbox_->Enqueue(std::move(item));
+    if (!s.ok() && !absl::IsAlreadyExists(s)) {
+      action["state"] = "failed";
+      action["detail"] = std::string(s.message());
     }
   }
   SaveAction(action);
