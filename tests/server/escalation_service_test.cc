@@ -182,7 +182,10 @@ TEST_F(EscalationServiceTest, P0PagesPhoneSmsImAtOnceAndAckStopsRepaging) {
 
   // Unacknowledged: the primary is paged again after 5 minutes.
   clock_.Advance(301);
-  ASSERT_TRUE(Eventually([&] { return Calls() == 2; }));
+  ASSERT_TRUE(Eventually([&] { return Calls() == 2; }))
+      << "calls " << Calls() << "\n"
+      << Json(service_->Timeline(id)).dump(1) << "\n"
+      << service_->ListDeliveries("", 100).dump(1);
 
   absl::StatusOr<Json> acked =
       service_->Acknowledge(id, Identity{"alice", Role::kOperator}, "on it");
