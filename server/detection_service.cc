@@ -85,7 +85,11 @@ absl::Status DetectionService::Start() {
   absl::Status loaded = LoadStored();
   if (!loaded.ok()) return loaded;
   started_ = true;
-  if (options_.live) tick_thread_ = std::thread([this] { TickLoop(); });
+  // The first tick is due one period after Start(), not after the thread
+  // happens to run: a clock moved in between must still be noticed.
+  const double first_tick = options_.clock->Now() + options_.tick_seconds;
+  if (options_.live)
+    tick_thread_ = std::thread([this, first_tick] { TickLoop(first_tick); });
   return absl::OkStatus();
 }
 
@@ -218,10 +222,10 @@ absl::StatusOr<std::string> DetectionService::PublishExternal(
   return server_id;
 }
 
-void DetectionService::TickLoop() {
+void DetectionService::TickLoop(double first_tick) {
   Clock& clock = *options_.clock;
   std::unique_lock<std::mutex> lock(tick_mu_);
-  double next = clock.Now() + options_.tick_seconds;
+  double next = first_tick;
   while (!stopping_) {
     clock.WaitUntil(lock, tick_cv_, next);
     if (stopping_) break;

@@ -155,8 +155,8 @@ class DetectionService : public FrameObserver {
   // of one incident are stored in order).
   void Publish(std::vector<IncidentUpdate>& updates)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
-  // The tick thread's loop.
-  void TickLoop();
+  // The tick thread's loop; the first tick is due at `first_tick`.
+  void TickLoop(double first_tick);
 
   const DetectionOptions options_;
 

@@ -126,7 +126,10 @@ absl::Status EscalationService::Start() {
     return s;
   }
   started_ = true;
-  tick_thread_ = std::thread([this] { TickLoop(); });
+  // The first tick is due one period after Start(), not after the thread
+  // happens to run: a clock moved in between must still be noticed.
+  const double first_tick = options_.clock->Now() + options_.tick_seconds;
+  tick_thread_ = std::thread([this, first_tick] { TickLoop(first_tick); });
   return absl::OkStatus();
 }
 
@@ -883,10 +886,10 @@ Outbox::Counters EscalationService::outbox_counters() const {
   return pages;
 }
 
-void EscalationService::TickLoop() {
+void EscalationService::TickLoop(double first_tick) {
   Clock& clock = *options_.clock;
   std::unique_lock<std::mutex> lock(tick_mu_);
-  double next = clock.Now() + options_.tick_seconds;
+  double next = first_tick;
   while (!stopping_) {
     clock.WaitUntil(lock, tick_cv_, next);
     if (stopping_) break;

@@ -159,7 +159,8 @@ class EscalationService : public IncidentListener {
   absl::Status SaveState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoadState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenHaltIncidents();
-  void TickLoop();
+  // The tick thread's loop; the first tick is due at `first_tick`.
+  void TickLoop(double first_tick);
   absl::StatusOr<nlohmann::json> Operate(std::string_view verb,
                                          std::string_view id,
                                          const Identity& who,
