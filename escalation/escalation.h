@@ -326,6 +326,9 @@ class Escalator {
     std::vector<std::string> personally_paged;
   };
 
+  // The tracked incident `id`, or kNotFound.
+  absl::StatusOr<Tracked*> Find(std::string_view id);
+  absl::StatusOr<const Tracked*> Find(std::string_view id) const;
   // The latest time seen: an earlier `now` is taken as this one.
   double Clamp(double now) const;
   // Brings every incident from now_ to `now` (silence boundaries, ack

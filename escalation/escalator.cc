@@ -378,26 +378,37 @@ EscalationOutput Escalator::OnIncidentUpdate(const IncidentUpdate& update,
   return out;
 }
 
+absl::StatusOr<Escalator::Tracked*> Escalator::Find(std::string_view id) {
+  auto it = incidents_.find(std::string(id));
+  if (it == incidents_.end())
+    return absl::NotFoundError(absl::StrCat("no incident \"", std::string(id), "\""));
+  return &it->second;
+}
+
+absl::StatusOr<const Escalator::Tracked*> Escalator::Find(std::string_view id) const {
+  auto it = incidents_.find(std::string(id));
+  if (it == incidents_.end())
+    return absl::NotFoundError(absl::StrCat("no incident \"", std::string(id), "\""));
+  return &it->second;
+}
+
 absl::StatusOr<EscalationOutput> Escalator::Acknowledge(
     std::string_view incident_id, std::string_view who, double now) {
   now = Clamp(now);
-  auto it = incidents_.find(std::string(incident_id));
-  if (it == incidents_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no incident \"", std::string(incident_id), "\""));
-  }
-  if (it->second.resolved) {
+  absl::StatusOr<Tracked*> found = Find(incident_id);
+  if (!found.ok()) return found.status();
+  Tracked& t = **found;
+  if (t.resolved) {
     return absl::FailedPreconditionError(
         absl::StrCat("incident ", std::string(incident_id), " is resolved"));
   }
-  if (AckHolds(it->second, now)) {
+  if (AckHolds(t, now)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "incident ", std::string(incident_id), " is already acknowledged by ",
-        it->second.acknowledged_by));
+        t.acknowledged_by));
   }
   EscalationOutput out;
   Advance(now, &out);
-  Tracked& t = it->second;
   t.acknowledged = true;
   t.acknowledged_by = std::string(who);
   t.acknowledged_at = now;
@@ -411,18 +422,15 @@ absl::StatusOr<EscalationOutput> Escalator::Acknowledge(
 absl::StatusOr<EscalationOutput> Escalator::Unacknowledge(
     std::string_view incident_id, std::string_view who, double now) {
   now = Clamp(now);
-  auto it = incidents_.find(std::string(incident_id));
-  if (it == incidents_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no incident \"", std::string(incident_id), "\""));
-  }
-  if (it->second.resolved || !AckHolds(it->second, now)) {
+  absl::StatusOr<Tracked*> found = Find(incident_id);
+  if (!found.ok()) return found.status();
+  Tracked& t = **found;
+  if (t.resolved || !AckHolds(t, now)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "incident ", std::string(incident_id), " is not acknowledged"));
   }
   EscalationOutput out;
   Advance(now, &out);
-  Tracked& t = it->second;
   t.acknowledged = false;
   t.acknowledged_by.clear();
   t.acknowledged_at = 0;
@@ -437,18 +445,15 @@ absl::StatusOr<EscalationOutput> Escalator::Unacknowledge(
 absl::StatusOr<EscalationOutput> Escalator::Resolve(
     std::string_view incident_id, std::string_view who, double now) {
   now = Clamp(now);
-  auto it = incidents_.find(std::string(incident_id));
-  if (it == incidents_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no incident \"", std::string(incident_id), "\""));
-  }
-  if (it->second.resolved) {
+  absl::StatusOr<Tracked*> found = Find(incident_id);
+  if (!found.ok()) return found.status();
+  Tracked& t = **found;
+  if (t.resolved) {
     return absl::FailedPreconditionError(absl::StrCat(
         "incident ", std::string(incident_id), " is already resolved"));
   }
   EscalationOutput out;
   Advance(now, &out);
-  Tracked& t = it->second;
   out.events.push_back(
       Event(t.labels.id, "resolved_by_operator", now, std::string(who), ""));
   Close(t, now, &out);
@@ -526,12 +531,9 @@ EscalationOutput Escalator::Tick(double now) {
 
 absl::StatusOr<Lifecycle> Escalator::LifecycleOf(
     std::string_view incident_id) const {
-  auto it = incidents_.find(std::string(incident_id));
-  if (it == incidents_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no incident \"", std::string(incident_id), "\""));
-  }
-  const Tracked& t = it->second;
+  absl::StatusOr<const Tracked*> found = Find(incident_id);
+  if (!found.ok()) return found.status();
+  const Tracked& t = **found;
   if (t.resolved) return Lifecycle::kResolved;
   if (t.acknowledged) return Lifecycle::kAcknowledged;
   if (!t.silenced_by.empty()) return Lifecycle::kSilenced;
@@ -542,7 +544,7 @@ absl::StatusOr<nlohmann::json> Escalator::StatusOf(
     std::string_view incident_id) const {
   absl::StatusOr<Lifecycle> lifecycle = LifecycleOf(incident_id);
   if (!lifecycle.ok()) return lifecycle.status();
-  const Tracked& t = incidents_.at(std::string(incident_id));
+  const Tracked& t = **Find(incident_id);
   json status = {{"lifecycle", LifecycleName(*lifecycle)},
                  {"policy", SeverityName(t.policy)}};
   if (t.acknowledged) {
