@@ -1,51 +1,76 @@
-// vigil-agent: streams a node's metrics to vigil-server. For now the node is
-// simulated (--simulate); real collectors come later.
+// vigil-agent: streams a node's metrics to vigil-server.
 //
-//   vigil-agent --server HOST:PORT --node NAME --simulate[=SCENARIO]
-//               [--job NAME] [--gpus 8] [--interval 1.0] [--seed N]
-//               [--start-step N] [--duration SECONDS] [--fault-node NAME]
-//               [--fault-gpu N] [--fault-at-step N] [--fault-at SECONDS]
-//               [--spool-dir DIR] [--spool-max-mb 256]
+// A real node (the default) reads its GPUs through NVML, its RDMA NICs,
+// disks and CPU through sysfs and /proc, and the training process through a
+// Unix socket (agent/collector.h):
 //
-// Flags take "--name value" or "--name=value"; --simulate takes a value only
-// as --simulate=SCENARIO (bare --simulate means "healthy"). SCENARIO is a
-// fault kind (vigil::agent::FaultKindNames) or a JSON scenario file. The
-// fault sits on --fault-node (default: this node) unless the spec names a
-// node; a node the fault is not on still shows its job-wide effects (a
-// straggler slows, a hang stops every node), so run every agent of a job
-// with the same scenario, seed and --fault-node.
+//   vigil-agent [--config FILE] --server HOST:PORT [--node NAME]
+//               (--insecure | [--tls-ca F] [--tls-cert F --tls-key F])
+//               [--token-file F] [--collectors nvml,infiniband,...]
+//               [--metrics-listen HOST:PORT] [--once] ...
+//
+// A simulated node (--simulate[=SCENARIO]) streams the simulator's frames
+// instead, optionally with a fault scenario. Flags override the config file
+// (agent/agent_config.h; the example deploy/systemd/agent.json lists every
+// key). Flags take "--name value" or "--name=value"; the switches --insecure
+// and --once take none, and --simulate takes a value only as
+// --simulate=SCENARIO (bare --simulate means "healthy"). SCENARIO is a fault
+// kind (vigil::agent::FaultKindNames) or a JSON scenario file. The fault sits
+// on --fault-node (default: this node) unless the spec names a node; a node
+// the fault is not on still shows its job-wide effects (a straggler slows, a
+// hang stops every node), so run every agent of a job with the same
+// scenario, seed and --fault-node.
 //
 // Unacknowledged batches wait in memory (64 MiB), or with --spool-dir in a
 // disk spool of at most --spool-max-mb (see agent/disk_spool.h); either way
 // the oldest are dropped, and counted, when the bound is hit.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
+#include "agent/agent_config.h"
+#include "agent/agent_metrics.h"
+#include "agent/collect_runner.h"
+#include "agent/collectors.h"
 #include "agent/disk_spool.h"
 #include "agent/runner.h"
 #include "agent/scenario_spec.h"
 #include "agent/scenarios.h"
 #include "agent/simulator.h"
 #include "agent/stream_client.h"
+#include "agent/transport_security.h"
+#include "nlohmann/json.hpp"
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: vigil-agent --server HOST:PORT --node NAME --simulate[=SCENARIO]\n"
-    "         [--job NAME] [--gpus 8] [--interval 1.0] [--seed N]\n"
-    "         [--start-step N] [--duration SECONDS (0 = forever)]\n"
-    "         [--fault-node NAME (this node)] [--fault-gpu 3]\n"
-    "         [--fault-at-step N | --fault-at SECONDS (kind default, 120)]\n"
-    "         [--spool-dir DIR (none: queue in memory)] [--spool-max-mb 256]\n"
+    "usage: vigil-agent [--config FILE] --server HOST:PORT [--node NAME]\n"
+    "  transport: --insecure (plain text) | [--tls-ca FILE]\n"
+    "             [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]\n"
+    "             [--token-file FILE]\n"
+    "  common:    [--interval 1.0] [--duration SECONDS (0 = forever)]\n"
+    "             [--spool-dir DIR (none: queue in memory)] [--spool-max-mb 256]\n"
+    "             [--metrics-listen HOST:PORT (none)]\n"
+    "  real node: [--idle-job idle] [--collectors nvml,infiniband,disk,cpu,training]\n"
+    "             [--nvml-library libnvidia-ml.so.1] [--sysfs-root /sys]\n"
+    "             [--proc-root /proc] [--training-socket /run/vigil/train.sock]\n"
+    "             [--once: print one frame as JSON and exit]\n"
+    "  simulated: --simulate[=SCENARIO] [--job NAME] [--gpus 8] [--seed N]\n"
+    "             [--start-step N] [--fault-node NAME (this node)] [--fault-gpu 3]\n"
+    "             [--fault-at-step N | --fault-at SECONDS (kind default, 120)]\n"
     "  SCENARIO: healthy, a fault kind or FILE.json; kinds:\n";
 
 // Seconds the agent keeps trying to deliver pending batches on exit.
@@ -61,27 +86,38 @@ void PrintUsage(std::FILE* f) {
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "vigil-agent: %s\n", message.c_str());
-  PrintUsage(stderr);
+  std::fprintf(stderr, "(vigil-agent --help lists the flags)\n");
   return 2;
 }
 
-}  // namespace
+// The command line: valued flags, switches and --simulate.
+struct CommandLine {
+  std::map<std::string, std::string> flags;
+  std::set<std::string> switches;
+  std::string simulate;  // empty: a real node
+  bool help = false;
+};
 
-int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {
-      {"server", ""},      {"node", ""},           {"job", "llama-70b"},
-      {"gpus", "8"},       {"interval", "1.0"},    {"seed", "1"},
-      {"start-step", "0"}, {"duration", "0"},      {"fault-node", ""},
-      {"fault-gpu", ""},   {"fault-at-step", ""},  {"fault-at", ""},
-      {"spool-dir", ""},   {"spool-max-mb", "256"}};
-  std::string simulate;  // empty: not given
+// Parses argv; an error names the offending argument.
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
+  static const std::set<std::string> kValued = {
+      "config", "server", "node", "interval", "duration", "spool-dir",
+      "spool-max-mb", "metrics-listen", "tls-ca", "tls-cert", "tls-key",
+      "tls-server-name", "token-file", "idle-job", "collectors",
+      "nvml-library", "sysfs-root", "proc-root", "training-socket", "job",
+      "gpus", "seed", "start-step", "fault-node", "fault-gpu",
+      "fault-at-step", "fault-at"};
+  static const std::set<std::string> kSwitches = {"insecure", "once"};
+  CommandLine cl;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      PrintUsage(stdout);
-      return 0;
+      cl.help = true;
+      return cl;
     }
-    if (arg.rfind("--", 0) != 0) return Fail("unexpected argument " + arg);
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError("unexpected argument " + arg);
+    }
     std::string name = arg.substr(2), value;
     size_t eq = name.find('=');
     bool has_value = eq != std::string::npos;
@@ -90,138 +126,187 @@ int main(int argc, char** argv) {
       name = name.substr(0, eq);
     }
     if (name == "simulate") {
-      simulate = has_value ? value : "healthy";
+      cl.simulate = has_value ? value : "healthy";
       continue;
     }
-    if (flags.find(name) == flags.end()) return Fail("unknown flag --" + name);
+    if (kSwitches.count(name)) {
+      if (has_value) {
+        return absl::InvalidArgumentError("--" + name + " takes no value");
+      }
+      cl.switches.insert(name);
+      continue;
+    }
+    if (!kValued.count(name)) {
+      return absl::InvalidArgumentError("unknown flag --" + name);
+    }
     if (!has_value) {
-      if (i + 1 >= argc) return Fail("--" + name + " needs a value");
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError("--" + name + " needs a value");
+      }
       value = argv[++i];
     }
-    flags[name] = value;
+    cl.flags[name] = value;
   }
-  if (flags["server"].empty() || flags["node"].empty()) {
-    return Fail("--server and --node are required");
-  }
-  if (simulate.empty()) {
-    return Fail("only simulated nodes are supported yet: pass --simulate");
-  }
-  int gpus = 0;
-  double interval = 0, duration = 0;
-  uint64_t seed = 0, spool_max_mb = 0;
-  int64_t start_step = 0;
-  if (!absl::SimpleAtoi(flags["spool-max-mb"], &spool_max_mb) ||
-      spool_max_mb == 0 || spool_max_mb > (uint64_t{1} << 20)) {
-    return Fail("bad --spool-max-mb: want 1 to 1048576");
-  }
-  if (!absl::SimpleAtoi(flags["gpus"], &gpus) ||
-      !absl::SimpleAtod(flags["interval"], &interval) || !(interval > 0) ||
-      !absl::SimpleAtod(flags["duration"], &duration) || duration < 0 ||
-      !absl::SimpleAtoi(flags["seed"], &seed) ||
-      !absl::SimpleAtoi(flags["start-step"], &start_step)) {
-    return Fail(
-        "bad number in --gpus, --interval, --duration, --seed or "
-        "--start-step");
-  }
+  return cl;
+}
 
-  vigil::agent::FaultOverrides overrides;
-  if (!flags["fault-node"].empty()) overrides.node = flags["fault-node"];
-  int fault_gpu = 0;
-  int64_t fault_step = 0;
-  double fault_at = 0;
-  if (!flags["fault-gpu"].empty()) {
-    if (!absl::SimpleAtoi(flags["fault-gpu"], &fault_gpu)) {
-      return Fail("bad --fault-gpu");
-    }
-    overrides.gpu = fault_gpu;
-  }
-  if (!flags["fault-at-step"].empty()) {
-    if (!absl::SimpleAtoi(flags["fault-at-step"], &fault_step) ||
-        fault_step < 0) {
-      return Fail("bad --fault-at-step");
-    }
-    overrides.at_step = fault_step;
-  }
-  if (!flags["fault-at"].empty()) {
-    if (!absl::SimpleAtod(flags["fault-at"], &fault_at) || fault_at < 0) {
-      return Fail("bad --fault-at");
-    }
-    overrides.at_seconds = fault_at;
-  }
-  absl::StatusOr<vigil::agent::ScenarioSpec> spec =
-      vigil::agent::ScenarioSpecFromArg(simulate);
-  if (!spec.ok()) return Fail(std::string(spec.status().message()));
-  absl::Status resolved = vigil::agent::ResolveFaultDefaults(
-      overrides, flags["node"], {}, gpus, gpus, &*spec);
-  if (!resolved.ok()) return Fail(std::string(resolved.message()));
-  absl::StatusOr<std::vector<vigil::agent::ResolvedFault>> faults =
-      vigil::agent::ResolveFaults(*spec, seed);
-  if (!faults.ok()) return Fail(std::string(faults.status().message()));
-  vigil::agent::FaultScenario scenario(*faults, flags["node"]);
+// The host name up to its first dot, as Slurm names nodes.
+std::string ShortHostName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "";
+  std::string name = host;
+  return name.substr(0, name.find('.'));
+}
 
-  vigil::agent::SimulatorOptions sim_options;
-  sim_options.node = flags["node"];
-  sim_options.job = flags["job"];
-  sim_options.gpus = gpus;
-  sim_options.nics = gpus;
-  sim_options.seed = seed;
-  sim_options.start_step = start_step;
-  vigil::agent::AdjustJobOptions(*faults, &sim_options);
-  absl::StatusOr<vigil::agent::Simulator> sim =
-      vigil::agent::Simulator::Create(sim_options, &scenario);
-  if (!sim.ok()) return Fail(std::string(sim.status().message()));
-
-  vigil::agent::StreamClientOptions client_options;
-  client_options.server = flags["server"];
-  client_options.node = flags["node"];
-  client_options.interval_seconds = interval;
-  std::unique_ptr<vigil::agent::BatchQueue> queue;  // null: in memory
-  if (!flags["spool-dir"].empty()) {
-    absl::StatusOr<std::unique_ptr<vigil::agent::DiskBatchQueue>> spool =
-        vigil::agent::DiskBatchQueue::Open(flags["spool-dir"],
-                                           spool_max_mb << 20);
-    if (!spool.ok()) return Fail(std::string(spool.status().message()));
-    if ((*spool)->dropped() > 0) {
-      std::fprintf(stderr,
-                   "vigil-agent: dropped %llu unacknowledged batches a "
-                   "previous agent left in %s\n",
-                   static_cast<unsigned long long>((*spool)->dropped()),
-                   flags["spool-dir"].c_str());
-    }
-    queue = std::move(*spool);
+// Applies the flags that mirror config keys on top of `config`.
+absl::Status ApplyFlags(const CommandLine& cl, vigil::agent::AgentConfig* c) {
+  auto flag = [&](const char* name, std::string* out) {
+    if (auto it = cl.flags.find(name); it != cl.flags.end()) *out = it->second;
+  };
+  flag("server", &c->server);
+  flag("node", &c->node);
+  flag("idle-job", &c->idle_job);
+  flag("spool-dir", &c->spool_dir);
+  flag("metrics-listen", &c->metrics_listen);
+  flag("tls-ca", &c->transport.ca_file);
+  flag("tls-cert", &c->transport.cert_file);
+  flag("tls-key", &c->transport.key_file);
+  flag("tls-server-name", &c->transport.server_name);
+  flag("token-file", &c->transport.token_file);
+  flag("nvml-library", &c->nvml.library);
+  flag("sysfs-root", &c->sysfs_root);
+  flag("proc-root", &c->proc_root);
+  flag("training-socket", &c->training.socket);
+  if (cl.switches.count("insecure")) c->transport.insecure = true;
+  if (auto it = cl.flags.find("interval"); it != cl.flags.end() &&
+      (!absl::SimpleAtod(it->second, &c->interval_seconds) ||
+       !(c->interval_seconds > 0))) {
+    return absl::InvalidArgumentError("bad --interval: want seconds > 0");
   }
-  absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> client =
-      vigil::agent::StreamClient::Create(client_options, std::move(queue));
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (auto it = cl.flags.find("spool-max-mb"); it != cl.flags.end() &&
+      !absl::SimpleAtoi(it->second, &c->spool_max_mb)) {
+    return absl::InvalidArgumentError("bad --spool-max-mb: want 1 to 1048576");
+  }
+  if (auto it = cl.flags.find("collectors"); it != cl.flags.end()) {
+    return vigil::agent::EnableOnlyCollectors(it->second, c);
+  }
+  return absl::OkStatus();
+}
 
-  // SIGINT/SIGTERM go to one thread: the first stops the runner (pending
-  // batches are then flushed), a second exits at once.
+// Prints `tick` as one JSON object on stdout, with each collector's error.
+void PrintTickJson(const vigil::agent::Tick& tick, const std::string& node,
+                   const vigil::agent::CollectRunnerStats& stats) {
+  nlohmann::json samples = nlohmann::json::array();
+  for (const vigil::agent::Sample& s : tick.samples) {
+    nlohmann::json labels = nlohmann::json::object();
+    for (const auto& [name, value] : s.key.labels) labels[name] = value;
+    nlohmann::json value = s.value;
+    // JSON has no NaN or infinities; keep them visible as strings.
+    if (!std::isfinite(s.value)) value = std::to_string(s.value);
+    samples.push_back(
+        {{"metric", s.key.metric}, {"labels", labels}, {"value", value}});
+  }
+  nlohmann::json collectors = nlohmann::json::object();
+  for (const vigil::agent::CollectorStats& c : stats.collectors) {
+    nlohmann::json entry = {{"running", c.running},
+                            {"samples", c.samples}};
+    if (!c.start_error.empty()) entry["error"] = c.start_error;
+    if (!c.last_error.empty()) entry["error"] = c.last_error;
+    collectors[c.name] = entry;
+  }
+  nlohmann::json out = {{"node", node},       {"job", tick.job},
+                        {"ts", tick.ts},      {"collectors", collectors},
+                        {"samples", samples}};
+  if (tick.step.has_value()) out["step"] = *tick.step;
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+// SIGINT and SIGTERM, blocked in every thread from the start of main (so
+// threads the collectors start inherit the mask) and taken by one thread.
+sigset_t StopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
-  vigil::agent::NodeRunnerOptions run_options;
-  run_options.interval_seconds = interval;
-  run_options.duration_seconds = duration;
-  vigil::agent::NodeRunner runner(run_options, &*sim, client->get(),
-                                  vigil::RealClock());
-  std::thread([&signals, &runner] {
+// Hands SIGINT/SIGTERM to a thread: the first calls `stop`, a second exits
+// at once.
+void HandleSignals(std::function<void()> stop) {
+  std::thread([stop = std::move(stop)] {
+    sigset_t signals = StopSignals();
     int sig;
     sigwait(&signals, &sig);
     std::fprintf(stderr, "vigil-agent: signal %d, flushing and exiting\n", sig);
-    runner.Stop();
+    stop();
     sigwait(&signals, &sig);
     std::_Exit(1);
   }).detach();
+}
 
-  (*client)->Start();
-  std::fprintf(stderr,
-               "vigil-agent: node %s (instance %s) streaming %zu series of a "
-               "simulated %d-GPU node to %s every %gs\n",
-               flags["node"].c_str(), (*client)->agent_instance().c_str(),
-               sim->series().size(), gpus, flags["server"].c_str(), interval);
+// The simulated node of --simulate; `config` is already validated.
+absl::StatusOr<std::unique_ptr<vigil::agent::Simulator>> MakeSimulator(
+    const CommandLine& cl, const vigil::agent::AgentConfig& config,
+    std::unique_ptr<vigil::agent::FaultScenario>* scenario) {
+  auto get = [&](const char* name, const char* fallback) {
+    auto it = cl.flags.find(name);
+    return it == cl.flags.end() ? std::string(fallback) : it->second;
+  };
+  int gpus = 0;
+  uint64_t seed = 0;
+  int64_t start_step = 0;
+  if (!absl::SimpleAtoi(get("gpus", "8"), &gpus) ||
+      !absl::SimpleAtoi(get("seed", "1"), &seed) ||
+      !absl::SimpleAtoi(get("start-step", "0"), &start_step)) {
+    return absl::InvalidArgumentError(
+        "bad number in --gpus, --seed or --start-step");
+  }
+  vigil::agent::FaultOverrides overrides;
+  if (!get("fault-node", "").empty()) overrides.node = get("fault-node", "");
+  if (std::string v = get("fault-gpu", ""); !v.empty()) {
+    int gpu = 0;
+    if (!absl::SimpleAtoi(v, &gpu))
+      return absl::InvalidArgumentError("bad --fault-gpu");
+    overrides.gpu = gpu;
+  }
+  if (std::string v = get("fault-at-step", ""); !v.empty()) {
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(v, &step) || step < 0)
+      return absl::InvalidArgumentError("bad --fault-at-step");
+    overrides.at_step = step;
+  }
+  if (std::string v = get("fault-at", ""); !v.empty()) {
+    double at = 0;
+    if (!absl::SimpleAtod(v, &at) || at < 0)
+      return absl::InvalidArgumentError("bad --fault-at");
+    overrides.at_seconds = at;
+  }
+  absl::StatusOr<vigil::agent::ScenarioSpec> spec =
+      vigil::agent::ScenarioSpecFromArg(cl.simulate);
+  if (!spec.ok()) return spec.status();
+  if (absl::Status s = vigil::agent::ResolveFaultDefaults(
+          overrides, config.node, {}, gpus, gpus, &*spec);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::vector<vigil::agent::ResolvedFault>> faults =
+      vigil::agent::ResolveFaults(*spec, seed);
+  if (!faults.ok()) return faults.status();
+  *scenario =
+      std::make_unique<vigil::agent::FaultScenario>(*faults, config.node);
+
+  vigil::agent::SimulatorOptions options;
+  options.node = config.node;
+  options.job = get("job", "llama-70b");
+  options.gpus = gpus;
+  options.nics = gpus;
+  options.seed = seed;
+  options.start_step = start_step;
+  vigil::agent::AdjustJobOptions(*faults, &options);
+  absl::StatusOr<vigil::agent::Simulator> sim =
+      vigil::agent::Simulator::Create(options, scenario->get());
+  if (!sim.ok()) return sim.status();
   for (const vigil::agent::ResolvedFault& f : *faults) {
     const vigil::agent::FaultSpec& s = f.spec;
     std::string when =
@@ -236,17 +321,174 @@ int main(int argc, char** argv) {
                  "vigil-agent: scenario %s: %s on %s %s (magnitude %g)%s\n",
                  spec->name.c_str(), s.kind.c_str(), where.c_str(),
                  when.c_str(), f.magnitude,
-                 vigil::agent::IsNodeFault(f) && s.node != flags["node"]
+                 vigil::agent::IsNodeFault(f) && s.node != config.node
                      ? " (job-wide effects only here)"
                      : "");
   }
-  absl::Status status = runner.Run();
+  return std::make_unique<vigil::agent::Simulator>(std::move(*sim));
+}
+
+// The stream client of `config`, with its spool.
+absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> MakeClient(
+    const vigil::agent::AgentConfig& config) {
+  absl::StatusOr<std::shared_ptr<const vigil::agent::TransportSecurity>>
+      security = vigil::agent::TransportSecurity::Create(config.transport);
+  if (!security.ok()) return security.status();
+  std::fprintf(stderr, "vigil-agent: transport to %s: %s\n",
+               config.server.c_str(), (*security)->Describe().c_str());
+  vigil::agent::StreamClientOptions options;
+  options.security = std::move(*security);
+  options.server = config.server;
+  options.node = config.node;
+  options.interval_seconds = config.interval_seconds;
+  std::unique_ptr<vigil::agent::BatchQueue> queue;  // null: in memory
+  if (!config.spool_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<vigil::agent::DiskBatchQueue>> spool =
+        vigil::agent::DiskBatchQueue::Open(config.spool_dir,
+                                           config.spool_max_mb << 20);
+    if (!spool.ok()) return spool.status();
+    if ((*spool)->dropped() > 0) {
+      std::fprintf(stderr,
+                   "vigil-agent: dropped %llu unacknowledged batches a "
+                   "previous agent left in %s\n",
+                   static_cast<unsigned long long>((*spool)->dropped()),
+                   config.spool_dir.c_str());
+    }
+    queue = std::move(*spool);
+  }
+  return vigil::agent::StreamClient::Create(options, std::move(queue));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sigset_t stop_signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  absl::StatusOr<CommandLine> cl = ParseCommandLine(argc, argv);
+  if (!cl.ok()) return Fail(std::string(cl.status().message()));
+  if (cl->help) {
+    PrintUsage(stdout);
+    return 0;
+  }
+  vigil::agent::AgentConfig config;
+  if (auto it = cl->flags.find("config"); it != cl->flags.end()) {
+    if (absl::Status s = vigil::agent::LoadAgentConfigFile(it->second, &config);
+        !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
+  if (absl::Status s = ApplyFlags(*cl, &config); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  if (config.node.empty()) config.node = ShortHostName();
+  const bool once = cl->switches.count("once") > 0;
+  if (once && config.server.empty()) config.server = "unused:0";
+  if (absl::Status s = vigil::agent::ValidateAgentConfig(config); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  double duration = 0;
+  if (auto it = cl->flags.find("duration"); it != cl->flags.end() &&
+      (!absl::SimpleAtod(it->second, &duration) || duration < 0)) {
+    return Fail("bad --duration: want seconds >= 0");
+  }
+  vigil::Clock* clock = vigil::RealClock();
+
+  std::vector<std::unique_ptr<vigil::agent::Collector>> owned;
+  std::unique_ptr<vigil::agent::CollectRunner> collect;
+  std::unique_ptr<vigil::agent::FaultScenario> scenario;
+  std::unique_ptr<vigil::agent::Simulator> sim;
+  if (!cl->simulate.empty()) {
+    if (once) return Fail("--once reads a real node; drop --simulate");
+    absl::StatusOr<std::unique_ptr<vigil::agent::Simulator>> made =
+        MakeSimulator(*cl, config, &scenario);
+    if (!made.ok()) return Fail(std::string(made.status().message()));
+    sim = std::move(*made);
+  } else {
+    absl::StatusOr<std::vector<std::unique_ptr<vigil::agent::Collector>>>
+        made = vigil::agent::MakeCollectors(config, clock);
+    if (!made.ok()) return Fail(std::string(made.status().message()));
+    owned = std::move(*made);
+  }
+  // The runner of a real node, sending to `client` (null for --once).
+  auto make_collect_runner = [&](vigil::agent::StreamClient* client) {
+    std::vector<vigil::agent::Collector*> collectors;
+    for (const auto& c : owned) collectors.push_back(c.get());
+    vigil::agent::CollectRunnerOptions options;
+    options.interval_seconds = config.interval_seconds;
+    options.duration_seconds = duration;
+    options.idle_job = config.idle_job;
+    return std::make_unique<vigil::agent::CollectRunner>(
+        options, std::move(collectors), client, clock);
+  };
+
+  if (once) {
+    collect = make_collect_runner(nullptr);
+    // Two readings an interval apart, so rates and ratios have a base.
+    collect->StartCollectors();
+    collect->CollectNow(clock->Now());
+    {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::unique_lock<std::mutex> l(mu);
+      clock->WaitUntil(l, cv, clock->Now() + config.interval_seconds);
+    }
+    vigil::agent::Tick tick = collect->CollectNow(clock->Now());
+    PrintTickJson(tick, config.node, collect->stats());
+    collect->StopCollectors();
+    return 0;
+  }
+
+  absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> client =
+      MakeClient(config);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (sim == nullptr) collect = make_collect_runner(client->get());
+  std::unique_ptr<vigil::agent::NodeRunner> node_runner;
+  if (sim != nullptr) {
+    vigil::agent::NodeRunnerOptions options;
+    options.interval_seconds = config.interval_seconds;
+    options.duration_seconds = duration;
+    node_runner = std::make_unique<vigil::agent::NodeRunner>(
+        options, sim.get(), client->get(), clock);
+  }
+
+  std::unique_ptr<vigil::agent::MetricsEndpoint> metrics;
+  if (!config.metrics_listen.empty()) {
+    vigil::agent::StreamClient* c = client->get();
+    vigil::agent::CollectRunner* r = collect.get();
+    metrics = std::make_unique<vigil::agent::MetricsEndpoint>([c, r] {
+      vigil::agent::CollectRunnerStats runner_stats;
+      if (r != nullptr) runner_stats = r->stats();
+      return vigil::agent::RenderAgentMetrics(
+          c->stats(), r != nullptr ? &runner_stats : nullptr,
+          vigil::agent::ReadProcessUsage());
+    });
+    absl::StatusOr<int> port = metrics->Start(config.metrics_listen);
+    if (!port.ok()) return Fail(std::string(port.status().message()));
+    std::fprintf(stderr, "vigil-agent: /metrics on port %d\n", *port);
+  }
+
+  HandleSignals([&] {
+    if (collect != nullptr) collect->Stop();
+    if (node_runner != nullptr) node_runner->Stop();
+  });
+  (*client)->Start();
+  std::fprintf(stderr,
+               "vigil-agent: node %s (instance %s) streaming %s to %s every "
+               "%gs\n",
+               config.node.c_str(), (*client)->agent_instance().c_str(),
+               sim != nullptr ? "a simulated node" : "this node",
+               config.server.c_str(), config.interval_seconds);
+  absl::Status status =
+      collect != nullptr ? collect->Run() : node_runner->Run();
   if (!status.ok()) {
     std::fprintf(stderr, "vigil-agent: %s\n", status.ToString().c_str());
   }
-  bool flushed = (*client)->WaitForAcked(
-      runner.last_seq(), vigil::RealClock()->Now() + kFlushSeconds);
+  uint64_t last_seq =
+      collect != nullptr ? collect->last_seq() : node_runner->last_seq();
+  bool flushed =
+      (*client)->WaitForAcked(last_seq, clock->Now() + kFlushSeconds);
   (*client)->Stop();
+  if (metrics != nullptr) metrics->Stop();
   vigil::agent::StreamClientStats s = (*client)->stats();
   std::fprintf(stderr,
                "vigil-agent: exiting: sent %llu acked %llu pending %zu%s\n",

@@ -66,6 +66,11 @@ absl::StatusOr<std::unique_ptr<StreamClient>> StreamClient::Create(
   if (options.server.empty() || options.node.empty()) {
     return absl::InvalidArgumentError("server and node are required");
   }
+  if (options.security == nullptr) {
+    return absl::InvalidArgumentError(
+        "security is required: TransportSecurity::Create, with insecure set "
+        "for plaintext");
+  }
   if (options.max_pending_bytes == 0 || options.max_batch_bytes == 0 ||
       options.max_dictionary_bytes == 0 || options.clock == nullptr ||
       !(options.initial_backoff_seconds > 0) ||
@@ -87,6 +92,7 @@ StreamClient::StreamClient(StreamClientOptions options,
     : options_(std::move(options)),
       queue_(std::move(queue)),
       backoff_(options_.initial_backoff_seconds) {
+  dropped_before_start_ = queue_->dropped();
   uint64_t seed = options_.seed;
   if (seed == 0) {
     std::random_device rd;
@@ -205,7 +211,7 @@ StreamClientStats StreamClient::stats() const {
   s.last_seq = next_seq_ - 1;
   s.pending_batches = queue_->size();
   s.pending_bytes = queue_->bytes();
-  s.batches_dropped = queue_->dropped();
+  s.batches_dropped = queue_->dropped() - dropped_before_start_;
   return s;
 }
 
@@ -253,26 +259,53 @@ double StreamClient::AfterStream(int code, const std::string& message,
       }
       break;
     }
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      ++stats_.unauthorized;
+      Log(absl::StrCat("server ", options_.server, " refused node '",
+                       options_.node, "': ", message,
+                       " (check the node token and client certificate)",
+                       retry));
+      break;
     case grpc::StatusCode::ALREADY_EXISTS:
       ++stats_.already_exists;
       Log(absl::StrCat("another agent instance holds node '", options_.node,
                        "' on ", options_.server, " (", message, ")", retry));
       break;
     default:
+      // A transport that does not match the server's (plaintext against
+      // TLS, an untrusted CA) shows only as UNAVAILABLE: say which was used.
       Log(absl::StrCat("stream to ", options_.server, " ended (code ", code,
-                       ": ", message, ")", retry));
+                       ": ", message, ")",
+                       code == grpc::StatusCode::UNAVAILABLE
+                           ? absl::StrCat("; transport ",
+                                          options_.security->Describe())
+                           : "",
+                       retry));
   }
   return wait;
 }
 
 void StreamClient::RunStream(int* code, std::string* message, bool* acked) {
+  *acked = false;
+  absl::StatusOr<ConnectionSecurity> security = options_.security->Connect();
+  if (!security.ok()) {
+    *code = grpc::StatusCode::FAILED_PRECONDITION;
+    *message = absl::StrCat("cannot set up the connection: ",
+                            security.status().message());
+    return;
+  }
   Stream stream;
   grpc::ChannelArguments args;
   // A fresh subchannel per attempt: our backoff, not gRPC's, paces retries.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  stream.channel = grpc::CreateCustomChannel(
-      options_.server, grpc::InsecureChannelCredentials(), args);
+  if (!security->server_name_override.empty())
+    args.SetSslTargetNameOverride(security->server_name_override);
+  stream.channel = grpc::CreateCustomChannel(options_.server,
+                                             security->credentials, args);
   stream.stub = v1::Ingest::NewStub(stream.channel);
+  if (!security->authorization.empty())
+    stream.context.AddMetadata("authorization", security->authorization);
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stop_) stream.context.TryCancel();
@@ -359,6 +392,8 @@ void StreamClient::WriteLoop(Stream* stream) {
         hello->set_agent_instance(instance_);
         hello->set_agent_version(kAgentVersion);
         hello->set_interval_seconds(options_.interval_seconds);
+        hello->set_batches_dropped(queue_->dropped() - dropped_before_start_);
+        hello->set_batches_dropped_earlier(dropped_before_start_);
       }
       for (; dictionary_sent < dictionary_.size(); ++dictionary_sent) {
         *with_header.add_series() = dictionary_[dictionary_sent];

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "agent/batch_queue.h"
+#include "agent/transport_security.h"
 #include "common/clock.h"
 #include "common/series_key.h"
 #include "vigil/v1/ingest.pb.h"
@@ -35,6 +36,11 @@ inline constexpr char kAgentVersion[] = "0.1.0";
 struct StreamClientOptions {
   // Server address, host:port. Required.
   std::string server;
+  // How connections are secured (TLS files, or plaintext only if created
+  // with insecure set; a node token). Required: there is no default, so
+  // plaintext is never an accident. Consulted before every connection
+  // attempt, so renewed certificates and tokens apply at the next one.
+  std::shared_ptr<const TransportSecurity> security;
   // Node this agent reports for (Hello.node). Required.
   std::string node;
   // Tick interval announced in Hello.
@@ -73,6 +79,7 @@ struct StreamClientStats {
   uint64_t streams_opened = 0;    // attempts to open a stream
   uint64_t reconnects = 0;        // attempts after the first
   uint64_t already_exists = 0;    // refusals: another agent holds the node
+  uint64_t unauthorized = 0;  // refusals: UNAUTHENTICATED, PERMISSION_DENIED
   uint64_t samples_dropped_by_server = 0;  // Ack.dropped_samples, summed
   uint64_t last_seq = 0;                   // seq of the newest enqueued batch
   uint64_t acked_seq = 0;  // highest seq the server acknowledged
@@ -88,8 +95,11 @@ struct StreamClientStats {
 // background thread streams.
 class StreamClient {
  public:
-  // A stopped client; kInvalidArgument if server or node is empty or a bound
-  // is zero. `queue` defaults to a MemoryBatchQueue of max_pending_bytes.
+  // A stopped client; kInvalidArgument if server or node is empty, security
+  // is missing or a bound is zero. `queue` defaults to a MemoryBatchQueue of
+  // max_pending_bytes; what it has dropped() already (batches a previous
+  // agent process left in a spool) is reported as
+  // Hello.batches_dropped_earlier, later drops as Hello.batches_dropped.
   static absl::StatusOr<std::unique_ptr<StreamClient>> Create(
       StreamClientOptions options, std::unique_ptr<BatchQueue> queue = nullptr);
   // Stops the client; batches not yet acknowledged are lost.
@@ -145,6 +155,8 @@ class StreamClient {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unique_ptr<BatchQueue> queue_ ABSL_GUARDED_BY(mu_);
+  // queue_->dropped() when the client was created.
+  uint64_t dropped_before_start_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::SeriesDef> dictionary_ ABSL_GUARDED_BY(mu_);
   std::map<SeriesKey, uint32_t> series_ids_ ABSL_GUARDED_BY(mu_);
   size_t dictionary_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -240,8 +240,10 @@ int main(int argc, char** argv) {
     std::string data = "--data-dir=" + args.data_dir + "/data";
     std::string g = "--grpc-listen=" + grpc_addr;
     std::string h = "--http-listen=" + http_addr;
+    // Plaintext: the bench measures ingest and storage, not TLS.
+    std::string insecure = "--grpc-insecure";
     std::vector<char*> argv_server = {args.server_bin.data(), data.data(),
-                                      g.data(), h.data()};
+                                      g.data(), h.data(), insecure.data()};
     for (std::string& extra : args.server_args) argv_server.push_back(extra.data());
     argv_server.push_back(nullptr);
     execv(args.server_bin.c_str(), argv_server.data());

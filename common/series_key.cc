@@ -130,6 +130,11 @@ absl::Status ValidateLabelName(std::string_view name) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateLabelValue(std::string_view name, std::string_view value) {
+  SeriesKey key{"m", {{std::string(name), std::string(value)}}};
+  return NormalizeSeriesKey(&key);
+}
+
 absl::Status NormalizeSeriesKey(SeriesKey* key) {
   if (auto s = ValidateMetricName(key->metric); !s.ok()) return s;
   if (key->labels.size() > kMaxLabels)

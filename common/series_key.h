@@ -47,6 +47,10 @@ absl::Status ValidateMetricName(std::string_view metric);
 // OK if `name` matches [a-zA-Z_][a-zA-Z0-9_]* and does not start with "__".
 absl::Status ValidateLabelName(std::string_view name);
 
+// OK if `value` may be the value of label `name` (non-empty, valid UTF-8,
+// short); kInvalidArgument with the reason otherwise.
+absl::Status ValidateLabelValue(std::string_view name, std::string_view value);
+
 // Sorts `labels` by name and checks the key: metric and label names valid,
 // label values valid UTF-8, non-empty and short, names unique, at most
 // kMaxLabels labels. kInvalidArgument with the reason otherwise.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the main job on this machine:
-# vigil-server plus a simulated cluster of vigil-agents, all on loopback.
+# vigil-server plus a simulated cluster of vigil-agents, all on loopback,
+# the agents connecting over mTLS (a test CA made in $VIGIL_DEMO_DIR/tls) with
+# a node token.
 # Usage: deploy/demo.sh [--nodes N] [--job NAME] [--http PORT] [--grpc PORT]
 # Ctrl-C stops everything. Data lives in $VIGIL_DEMO_DIR (default /tmp/vigil-demo).
 set -euo pipefail
@@ -47,9 +49,21 @@ pids+=($!)
 pids+=($!)
 token=demo-operator-token
 token_sha=$(printf %s "$token" | sha256sum | cut -d' ' -f1)
+
+# mTLS: a CA, the server's certificate and one client certificate per node
+# (kept across runs); the server binds each node name to its certificate.
+# Plus a fleet-wide node token, which the server keeps only as a hash.
+agent_nodes=(n101 n102 n201)
+for i in $(seq 1 "$nodes"); do agent_nodes+=("$(printf 'n%03d' "$i")"); done
+"$root/deploy/make-test-ca.sh" "$data/tls" "${agent_nodes[@]}" >/dev/null
+[ -s "$data/tls/node.token" ] || (umask 077; head -c 24 /dev/urandom | base64 | tr -d '=+/' >"$data/tls/node.token")
+node_token_sha=$(tr -d '\n' <"$data/tls/node.token" | sha256sum | cut -d' ' -f1)
 r="http://127.0.0.1:$receiver_port"
 cat >"$data/vigil.json" <<EOF
 {"auth": {"tokens": [{"name": "demo", "role": "operator", "sha256": "$token_sha"}]},
+ "grpc_tls": {"cert_file": "$data/tls/server.crt", "key_file": "$data/tls/server.key",
+              "client_ca_file": "$data/tls/ca.crt", "node_identity": "certificate"},
+ "node_tokens": {"sha256": {"*": "$node_token_sha"}},
  "escalation": {
    "users": [{"name": "alice", "phone": "+15550001", "email": "alice@example.com", "im": "U01"},
              {"name": "bob", "phone": "+15550002", "email": "bob@example.com", "im": "U02"}],
@@ -96,6 +110,8 @@ start_agent() {  # node job scenario fault-node extra...
   local node=$1 job=$2 scenario=$3 fault_node=$4
   shift 4
   "$bin/agent/vigil-agent" --server "127.0.0.1:$grpc_port" --node "$node" \
+    --tls-ca "$data/tls/ca.crt" --tls-cert "$data/tls/nodes/$node.crt" \
+    --tls-key "$data/tls/nodes/$node.key" --token-file "$data/tls/node.token" \
     --job "$job" --seed 7 --simulate="$scenario" --fault-node "$fault_node" "$@" \
     >"$data/agent-$node.log" 2>&1 &
   pids+=($!)
@@ -116,6 +132,7 @@ job "gpt-moe" on 2 nodes, job "bert-ft" on 1 node — each with a fault coming.
   metrics:    http://127.0.0.1:$http_port/metrics
   series:     http://127.0.0.1:$http_port/api/v1/series?node=n003&metric=gpu_sm_clock_mhz
   logs:       $data/*.log
+  mTLS:       CA and certificates in $data/tls (deploy/make-test-ca.sh), node token $data/tls/node.token
   pages:      $data/pages.jsonl (what the local Twilio/Slack/Feishu/PagerDuty stand-ins received)
   actions:    $data/actuator-audit.jsonl (dry-run actuator)
   operator:   export VIGIL_SERVER=http://127.0.0.1:$http_port VIGIL_TOKEN=$token

@@ -8,7 +8,7 @@ packages=(
   libabsl-dev librocksdb-dev libzstd-dev libeigen3-dev libcpp-httplib-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libsimdjson-dev
   libcurl4-openssl-dev libssl-dev openssl munge slurmctld slurmd slurm-client systemd
-  curl python3
+  curl python3 python3-torch
 )
 missing=()
 for p in "${packages[@]}"; do

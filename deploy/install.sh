@@ -6,7 +6,7 @@
 #   PREFIX/share/vigil/web/            the web UI
 #   PREFIX/share/doc/vigil/systemd.md  deploy/systemd/README.md
 #   UNIT_DIR/vigil-{server,agent,actuator}.service  (ExecStart under PREFIX)
-#   /etc/vigil/{server.json,agent.env,actuator.env,actuator.secret}
+#   /etc/vigil/{server.json,agent.json,agent.env,actuator.env,actuator.secret}
 #                                      only where missing: never overwritten
 #
 # and creates the `vigil` system user when it is missing.
@@ -120,7 +120,7 @@ fi
 
 # Example configs: an operator's edits are never overwritten.
 step install -d -m 0755 "$root$config_dir"
-for example in server.json agent.env actuator.env; do
+for example in server.json agent.json agent.env actuator.env; do
   target=$root$config_dir/$example
   if [[ -e $target ]]; then
     echo "kept: $target exists"

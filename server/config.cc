@@ -6,10 +6,12 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/json_reader.h"
 #include "common/json_syntax.h"
 #include "nlohmann/json.hpp"
 
@@ -19,79 +21,65 @@ namespace {
 using Json = nlohmann::json;
 
 
-// Reads typed values out of JSON objects, collecting every error with its
-// key path instead of stopping at the first.
-class Reader {
- public:
-  // Errors for every key of `obj` (at `path`) not in `known`. False if
-  // `obj` is not an object at all.
-  bool CheckObject(const Json& obj, const std::string& path,
-                   const std::set<std::string>& known) {
-    if (!obj.is_object()) {
-      Error(path.empty() ? "(top level)" : path, "must be a JSON object");
-      return false;
+// Errors are collected with their key paths (common/json_reader.h).
+using Reader = JsonConfigReader;
+
+// True for the 64 hex digits of a SHA-256.
+bool IsSha256Hex(const std::string& hex) {
+  return hex.size() == 64 &&
+         hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+}
+
+// The "grpc_tls" section.
+void ParseGrpcTls(const Json& section, Reader& r,
+                  std::optional<GrpcTlsOptions>* out) {
+  const std::string path = "grpc_tls";
+  if (!r.CheckObject(section, path,
+                     {"cert_file", "key_file", "client_ca_file",
+                      "require_client_cert", "node_identity",
+                      "reload_seconds"}))
+    return;
+  GrpcTlsOptions tls;
+  r.String(section, path, "cert_file", &tls.cert_file);
+  r.String(section, path, "key_file", &tls.key_file);
+  r.String(section, path, "client_ca_file", &tls.client_ca_file);
+  r.Bool(section, path, "require_client_cert", &tls.require_client_cert);
+  r.Integer(section, path, "reload_seconds", 1, 86400, 1, &tls.reload_seconds);
+  std::string identity = "none";
+  r.String(section, path, "node_identity", &identity);
+  if (identity == "certificate") {
+    tls.node_identity = NodeIdentity::kCertificate;
+  } else if (identity != "none") {
+    r.Error(path + ".node_identity", "must be \"none\" or \"certificate\"");
+  }
+  *out = std::move(tls);
+}
+
+// The "node_tokens" section.
+void ParseNodeTokens(const Json& section, Reader& r, NodeTokenOptions* out) {
+  const std::string path = "node_tokens";
+  if (!r.CheckObject(section, path, {"file", "sha256"})) return;
+  NodeTokenOptions tokens;
+  r.String(section, path, "file", &tokens.file);
+  if (auto it = section.find("sha256"); it != section.end()) {
+    if (!it->is_object()) {
+      r.Error(path + ".sha256", "must be an object of node -> hex SHA-256");
+    } else {
+      for (const auto& [node, hash] : it->items()) {
+        const std::string where = absl::StrCat(path, ".sha256.", node);
+        if (node.empty()) r.Error(where, "empty node name");
+        if (!hash.is_string() || !IsSha256Hex(hash.get<std::string>())) {
+          r.Error(where,
+                  "must be the 64 hex digits of the token's SHA-256 (vigilctl "
+                  "hash-token TOKEN)");
+          continue;
+        }
+        tokens.sha256[node] = absl::AsciiStrToLower(hash.get<std::string>());
+      }
     }
-    for (const auto& [key, value] : obj.items()) {
-      if (!known.count(key)) Error(Join(path, key), "unknown key");
-    }
-    return true;
   }
-
-  void String(const Json& obj, const std::string& path, const char* key,
-              std::string* out) {
-    const Json* v = Find(obj, key);
-    if (v == nullptr) return;
-    if (!v->is_string()) return Error(Join(path, key), "must be a string");
-    *out = v->get<std::string>();
-  }
-
-  void Bool(const Json& obj, const std::string& path, const char* key,
-            bool* out) {
-    const Json* v = Find(obj, key);
-    if (v == nullptr) return;
-    if (!v->is_boolean()) return Error(Join(path, key), "must be true or false");
-    *out = v->get<bool>();
-  }
-
-  // A finite number with min < value (exclusive) <= max, times `scale`.
-  void Positive(const Json& obj, const std::string& path, const char* key,
-                double scale, double max, double* out) {
-    const Json* v = Find(obj, key);
-    if (v == nullptr) return;
-    if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > max)
-      return Error(Join(path, key),
-                   absl::StrCat("must be a number > 0 and <= ", max));
-    *out = v->get<double>() * scale;
-  }
-
-  // An integer in [min, max], times `scale`.
-  template <typename T>
-  void Integer(const Json& obj, const std::string& path, const char* key,
-               int64_t min, int64_t max, int64_t scale, T* out) {
-    const Json* v = Find(obj, key);
-    if (v == nullptr) return;
-    if (!v->is_number_integer() || v->get<int64_t>() < min ||
-        v->get<int64_t>() > max)
-      return Error(Join(path, key),
-                   absl::StrCat("must be an integer in [", min, ", ", max, "]"));
-    *out = static_cast<T>(v->get<int64_t>() * scale);
-  }
-
-  void Error(const std::string& path, const std::string& what) {
-    errors_.push_back(absl::StrCat(path, ": ", what));
-  }
-  const std::vector<std::string>& errors() const { return errors_; }
-
- private:
-  static std::string Join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : absl::StrCat(path, ".", key);
-  }
-  static const Json* Find(const Json& obj, const char* key) {
-    auto it = obj.find(key);
-    return it == obj.end() ? nullptr : &*it;
-  }
-  std::vector<std::string> errors_;
-};
+  *out = std::move(tokens);
+}
 
 // The "auth" section.
 void ParseAuth(const Json& section, Reader& r, AuthOptions* auth) {
@@ -116,9 +104,7 @@ void ParseAuth(const Json& section, Reader& r, AuthOptions* auth) {
     } else {
       r.Error(path + ".role", "must be viewer, operator or admin");
     }
-    if (token.sha256_hex.size() != 64 ||
-        token.sha256_hex.find_first_not_of("0123456789abcdefABCDEF") !=
-            std::string::npos)
+    if (!IsSha256Hex(token.sha256_hex))
       r.Error(path + ".sha256",
               "must be the 64 hex digits of the token's SHA-256 (vigilctl "
               "hash-token TOKEN)");
@@ -223,12 +209,18 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
   ServerOptions o = *options;
   Reader r;
   if (r.CheckObject(root, "", {"data_dir", "memory", "grpc_listen",
+                               "grpc_tls", "grpc_insecure", "node_tokens",
                                "http_listen", "web_dir", "storage", "ingest",
                                "http", "detection", "auth", "escalation",
                                "notifications", "actuator"})) {
     r.String(root, "", "data_dir", &o.data_dir);
     r.Bool(root, "", "memory", &o.memory);
     r.String(root, "", "grpc_listen", &o.grpc_listen);
+    if (auto it = root.find("grpc_tls"); it != root.end())
+      ParseGrpcTls(*it, r, &o.grpc_tls);
+    r.Bool(root, "", "grpc_insecure", &o.grpc_insecure);
+    if (auto it = root.find("node_tokens"); it != root.end())
+      ParseNodeTokens(*it, r, &o.node_tokens);
     r.String(root, "", "http_listen", &o.http_listen);
     r.String(root, "", "web_dir", &o.web_dir);
     constexpr double kDay = 86400;
@@ -334,6 +326,29 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (!ValidListenAddress(options.http_listen))
     errors.push_back(absl::StrCat("http_listen: '", options.http_listen,
                                   "' is not HOST:PORT"));
+  if (options.grpc_tls.has_value() && options.grpc_insecure)
+    errors.push_back(
+        "grpc_insecure: cannot be combined with grpc_tls; choose one");
+  if (!options.grpc_tls.has_value() && !options.grpc_insecure)
+    errors.push_back(
+        "grpc_tls: required: agents connect over TLS (cert_file, key_file, "
+        "client_ca_file; see deploy/make-test-ca.sh) unless plaintext is "
+        "asked for explicitly with \"grpc_insecure\": true or "
+        "--grpc-insecure");
+  if (const std::optional<GrpcTlsOptions>& tls = options.grpc_tls) {
+    if (tls->cert_file.empty())
+      errors.push_back("grpc_tls.cert_file: required");
+    if (tls->key_file.empty()) errors.push_back("grpc_tls.key_file: required");
+    if (tls->require_client_cert && tls->client_ca_file.empty())
+      errors.push_back(
+          "grpc_tls.client_ca_file: required while require_client_cert is "
+          "true (the CA bundle that signed the agents' certificates)");
+    if (tls->node_identity == NodeIdentity::kCertificate &&
+        !tls->require_client_cert)
+      errors.push_back(
+          "grpc_tls.node_identity: \"certificate\" needs "
+          "require_client_cert");
+  }
   if (options.rollup_retention_seconds < options.raw_retention_seconds)
     errors.push_back(
         "storage.rollup_retention_days: must not be shorter than "

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 #include <string_view>
@@ -25,6 +26,15 @@ namespace vigil {
 // JSON config file form (every key optional, unknown keys are errors):
 //   {"data_dir": "...", "grpc_listen": "H:P", "http_listen": "H:P",
 //    "memory": false, "web_dir": "...",
+//    "grpc_tls": {"cert_file": "/etc/vigil/tls/server.crt",
+//                 "key_file": "/etc/vigil/tls/server.key",
+//                 "client_ca_file": "/etc/vigil/tls/ca.crt",
+//                 "require_client_cert": true, "node_identity": "none",
+//                 "reload_seconds": 60},
+//    "grpc_insecure": false,
+//    "node_tokens": {"file": "/etc/vigil/node-tokens",
+//                    "sha256": {"n001": "<hex sha256 of n001's token>",
+//                               "*": "<hex sha256 of a fleet-wide token>"}},
 //    "storage": {"raw_retention_days": 7, "rollup_retention_days": 183,
 //                "sync_frame_log": false, "block_samples": 720,
 //                "block_seconds": 7200, "max_series": 10000000,
@@ -86,6 +96,55 @@ struct ActuatorOptions {
   double checkpoint_timeout_seconds = 300;
 };
 
+// How Hello.node is tied to the agent's TLS client certificate.
+enum class NodeIdentity {
+  kNone,         // any node name (tokens may still bind it)
+  kCertificate,  // Hello.node must be the certificate's CN or a DNS SAN
+};
+
+// TLS on the gRPC ingest listener. The files are checked at start (a bad or
+// unreadable one stops the server, naming it) and re-read every
+// reload_seconds afterwards, so renewed certificates apply to new
+// connections without a restart; replace them atomically (write, then
+// rename into place).
+struct GrpcTlsOptions {
+  // PEM certificate chain (leaf first) and private key of the server.
+  // Required.
+  std::string cert_file;
+  std::string key_file;
+  // PEM CA bundle that agents' client certificates must chain to. Required
+  // when require_client_cert; otherwise, when set, a client certificate is
+  // asked for and verified if the agent sends one.
+  std::string client_ca_file;
+  // Refuse agents without a valid client certificate (mTLS). Default true.
+  bool require_client_cert = true;
+  // kCertificate refuses a stream whose Hello.node is neither the client
+  // certificate's CN nor one of its DNS SANs (PERMISSION_DENIED); needs
+  // require_client_cert. Default kNone.
+  NodeIdentity node_identity = NodeIdentity::kNone;
+  // How often the files are re-read, in whole seconds. Default 60.
+  int reload_seconds = 60;
+};
+
+// Bearer tokens of the agents: when any is configured, every ingest stream
+// must carry `authorization: Bearer <token>` for its Hello.node. Only the
+// SHA-256 of each token is kept (`vigilctl hash-token TOKEN`, or
+// `printf %s TOKEN | sha256sum`).
+struct NodeTokenOptions {
+  // File of "NODE SHA256HEX" lines ('#' starts a comment); read at start
+  // (errors stop the server, naming file and line) and again when it
+  // changes (a bad new version is logged and the previous one kept).
+  // Empty: none.
+  std::string file;
+  // Inline entries: node -> lower-case hex SHA-256 of its token. The node
+  // "*" holds a fleet-wide token, accepted for every node without an entry
+  // of its own. Entries of `file` add to these.
+  std::map<std::string, std::string> sha256;
+
+  // True when streams must carry a token.
+  bool enabled() const { return !file.empty() || !sha256.empty(); }
+};
+
 struct ServerOptions {
   // Directory of the RocksDB store; required unless `memory`.
   std::string data_dir;
@@ -93,6 +152,14 @@ struct ServerOptions {
   bool memory = false;
   // Where the gRPC ingest service listens; port 0 picks a free port.
   std::string grpc_listen = "127.0.0.1:7070";
+  // TLS for agents. Exactly one of grpc_tls and grpc_insecure must be set:
+  // the server refuses to start with neither, so plaintext is never an
+  // accident.
+  std::optional<GrpcTlsOptions> grpc_tls;
+  // Accept agents over plaintext gRPC (tests, demos, a trusted network).
+  bool grpc_insecure = false;
+  // Per-node bearer tokens; none by default.
+  NodeTokenOptions node_tokens;
   // Where the HTTP API listens; port 0 picks a free port.
   std::string http_listen = "127.0.0.1:8080";
   // Directory served under GET / (index.html); empty serves nothing.
@@ -163,8 +230,9 @@ absl::Status LoadServerConfigFile(const std::string& path,
 absl::StatusOr<RuleSet> LoadRuleFile(const std::string& path);
 
 // Checks the combination of options (e.g. data_dir set unless memory,
-// listen addresses of the form HOST:PORT). kInvalidArgument listing every
-// problem otherwise.
+// listen addresses of the form HOST:PORT, exactly one of grpc_tls and
+// grpc_insecure). kInvalidArgument listing every problem otherwise. Files
+// named in the options are read later, by VigilServer::Start().
 absl::Status ValidateServerOptions(const ServerOptions& options);
 
 }  // namespace vigil

@@ -220,6 +220,7 @@ void HttpApi::InstallHandlers() {
                  "Samples ingested per second over the last 10 s.");
     AppendSample(&out, "vigil_ingest_rate_samples_per_second",
                  m.sample_rate.Rate(o.clock->Now()));
+    out += m.AgentDropsText();
     AppendFamily(&out, "vigil_connected_agents", "gauge",
                  "Live agent streams.");
     AppendSample(&out, "vigil_connected_agents", m.connected_agents.load());

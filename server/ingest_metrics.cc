@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 namespace vigil {
 
 std::string_view RejectReasonName(RejectReason reason) {
@@ -18,9 +20,60 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kBadJob: return "bad_job";
     case RejectReason::kSeqNotIncreasing: return "seq_not_increasing";
     case RejectReason::kStorage: return "storage";
+    case RejectReason::kUnauthenticated: return "unauthenticated";
+    case RejectReason::kTokenWrongNode: return "token_wrong_node";
+    case RejectReason::kCertWrongNode: return "cert_wrong_node";
     case RejectReason::kCount: break;
   }
   return "unknown";
+}
+
+namespace {
+
+// `value` escaped for a Prometheus label value.
+std::string EscapeLabelValue(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void IngestMetrics::SetAgentDrops(const std::string& node, uint64_t dropped,
+                                  uint64_t earlier) {
+  std::lock_guard<std::mutex> l(agent_mu_);
+  auto it = agent_drops_.find(node);
+  if (it == agent_drops_.end()) {
+    if (dropped == 0 && earlier == 0) return;
+    it = agent_drops_.emplace(node, AgentDrops{}).first;
+  }
+  it->second = AgentDrops{dropped, earlier};
+}
+
+std::string IngestMetrics::AgentDropsText() const {
+  std::string out =
+      "# HELP vigil_ingest_agent_dropped_batches_total Batches agents reported "
+      "dropping before the server had them, by node and cause: queue_full "
+      "(the agent's queue of unacknowledged batches overflowed; counts since "
+      "the agent started), previous_process (left unacknowledged by an "
+      "earlier agent process). Reported in each stream's Hello.\n"
+      "# TYPE vigil_ingest_agent_dropped_batches_total counter\n";
+  std::lock_guard<std::mutex> l(agent_mu_);
+  for (const auto& [node, drops] : agent_drops_) {
+    const std::string label = EscapeLabelValue(node);
+    absl::StrAppend(&out, "vigil_ingest_agent_dropped_batches_total{node=\"", label,
+                    "\",cause=\"queue_full\"} ", drops.dropped, "\n",
+                    "vigil_ingest_agent_dropped_batches_total{node=\"", label,
+                    "\",cause=\"previous_process\"} ", drops.earlier, "\n");
+  }
+  return out;
 }
 
 void RateWindow::Add(double now, uint64_t n) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -26,11 +27,33 @@ struct Refusal {
   grpc::Status status;
 };
 
-// OK if `value` may be the value of label `name`.
-absl::Status ValidateLabelValue(const std::string& name,
-                                const std::string& value) {
-  SeriesKey key{"m", {{name, value}}};
-  return NormalizeSeriesKey(&key);
+// What to log about the dropped-batch counts of `hello`: for a new agent
+// instance its counts, for the same one the growth since its previous
+// Hello, which reported `previous_dropped`; "" when nothing new was dropped.
+std::string DropLogLine(const v1::Hello& hello, bool new_instance,
+                        uint64_t previous_dropped) {
+  std::string line;
+  const std::string who = absl::StrCat("vigil-server: node ", hello.node(),
+                                       " (agent instance ",
+                                       hello.agent_instance(), ")");
+  if (new_instance && hello.batches_dropped() > 0) {
+    line = absl::StrCat(who, " dropped ", hello.batches_dropped(),
+                        " batches because its queue of unacknowledged "
+                        "batches was full");
+  } else if (!new_instance && hello.batches_dropped() > previous_dropped) {
+    line = absl::StrCat(who, " dropped ",
+                        hello.batches_dropped() - previous_dropped,
+                        " more batches since its previous stream because its "
+                        "queue of unacknowledged batches was full (",
+                        hello.batches_dropped(), " since it started)");
+  }
+  if (new_instance && hello.batches_dropped_earlier() > 0) {
+    absl::StrAppend(&line, line.empty() ? who : ";", " discarded ",
+                    hello.batches_dropped_earlier(),
+                    " unacknowledged batches a previous agent process left "
+                    "in its spool");
+  }
+  return line;
 }
 
 std::string FormatUnixTime(double t) {
@@ -59,13 +82,16 @@ void NotifyObserver(FrameObserver& observer, const std::string& node,
 
 }  // namespace
 
-// The registry entry of one node. `instance`, `since` and `live` are
-// guarded by IngestService::mu_; the rest by `mu`, which also serializes
-// applying batches when a stream replaces another of the same instance.
+// The registry entry of one node. `instance`, `since`, `live` and
+// `batches_dropped` are guarded by IngestService::mu_; the rest by `mu`,
+// which also serializes applying batches when a stream replaces another of
+// the same instance.
 struct IngestService::NodeSession {
   std::string instance;
   double since = 0;
   grpc::ServerContext* live = nullptr;
+  // Hello.batches_dropped of the node's latest stream.
+  uint64_t batches_dropped = 0;
 
   std::mutex mu;
   uint64_t generation ABSL_GUARDED_BY(mu) = 0;
@@ -89,6 +115,7 @@ struct IngestService::StreamState {
   grpc::ServerContext* context = nullptr;
   std::string node;
   std::string instance;
+  std::string drop_log;  // logged once the stream is registered; may be ""
   std::shared_ptr<NodeSession> session;
   uint64_t generation = 0;
   uint64_t prev_seq = 0;  // last seq seen on this stream
@@ -161,6 +188,11 @@ grpc::Status IngestService::Register(grpc::ServerContext* context,
   }
   if (session->live != nullptr) session->live->TryCancel();
   bool new_instance = session->instance != hello.agent_instance();
+  state->drop_log =
+      DropLogLine(hello, new_instance, session->batches_dropped);
+  session->batches_dropped = hello.batches_dropped();
+  options_.metrics->SetAgentDrops(hello.node(), hello.batches_dropped(),
+                                  hello.batches_dropped_earlier());
   session->instance = hello.agent_instance();
   session->since = options_.clock->Now();
   session->live = context;
@@ -202,8 +234,18 @@ grpc::Status IngestService::Stream(
   if (hello.agent_instance().empty())
     return refuse(RejectReason::kBadHello, "hello: empty agent_instance");
 
+  if (options_.authenticator != nullptr) {
+    if (std::optional<StreamRefusal> r =
+            options_.authenticator->Check(*context, hello.node())) {
+      metrics.Reject(r->reason);
+      return r->status;
+    }
+  }
+
   StreamState state;
   if (grpc::Status s = Register(context, hello, &state); !s.ok()) return s;
+  if (!state.drop_log.empty())
+    std::fprintf(stderr, "%s\n", state.drop_log.c_str());
   metrics.connected_agents.fetch_add(1);
   grpc::Status result = grpc::Status::OK;
   v1::Ack ack;

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/clock.h"
 #include "server/frame_observer.h"
+#include "server/grpc_security.h"
 #include "server/ingest_metrics.h"
 #include "storage/series_store.h"
 #include "vigil/v1/ingest.grpc.pb.h"
@@ -24,6 +25,9 @@ struct IngestOptions {
   Clock* clock = nullptr;               // required
   IngestMetrics* metrics = nullptr;     // required
   FrameObserver* observer = nullptr;    // optional detection hook
+  // Optional: decides whether a stream may report for its Hello.node
+  // (node tokens, certificate-bound node names).
+  StreamAuthenticator* authenticator = nullptr;
   // Frames stamped further ahead of clock->Now() are refused.
   double max_future_skew_seconds = 300;
   // Frames older than this (the raw retention) are refused.
@@ -32,7 +36,10 @@ struct IngestOptions {
 
 // Serves Ingest.Stream with one thread per stream (sync gRPC API).
 //
-// Per stream: the first batch must carry a Hello. A node has at most one
+// Per stream: the first batch must carry a Hello, and the stream must pass
+// the authenticator (if any) for its node; the dropped-batch counts in the
+// Hello go to the metrics, and a line is logged when they grew since the
+// node's previous stream. A node has at most one
 // live stream: another agent instance is refused with ALREADY_EXISTS, the
 // same instance replaces (cancels) its old stream. Each batch is validated
 // whole before anything is stored; a bad batch ends the stream with

@@ -2,8 +2,10 @@
 //
 //   vigil-server --data-dir DIR --grpc-listen HOST:PORT --http-listen HOST:PORT
 //                [--config FILE] [--memory] [--web-dir DIR] [--rules FILE]
-//                [--no-detect]
-// Flags override the config file. Port 0 picks a free port; the bound
+//                [--no-detect] [--grpc-insecure]
+// Flags override the config file. Agents connect over TLS (the config's
+// grpc_tls section) unless --grpc-insecure or "grpc_insecure" asks for
+// plaintext; with neither, the server refuses to start. Port 0 picks a free port; the bound
 // addresses are printed on stdout. A bad config or rule file is reported
 // (every error, with its position) and the server exits non-zero.
 #include <csignal>
@@ -20,17 +22,20 @@ namespace {
 constexpr char kUsage[] =
     "usage: vigil-server --data-dir DIR --grpc-listen HOST:PORT "
     "--http-listen HOST:PORT [--config FILE] [--memory] [--web-dir DIR]\n"
-    "                    [--rules FILE] [--no-detect]\n"
+    "                    [--rules FILE] [--no-detect] [--grpc-insecure]\n"
     "  --config FILE   JSON config (server/config.h); flags override it\n"
     "  --memory        keep everything in memory (no data dir)\n"
     "  --web-dir DIR   serve the web UI from DIR\n"
     "  --rules FILE    JSON rule document applied on top of the built-in\n"
     "                  catalogue (rules/rule.h); errors stop the server\n"
     "  --no-detect     store frames without running detection (stored\n"
-    "                  incidents are still served)\n";
+    "                  incidents are still served)\n"
+    "  --grpc-insecure accept agents over plaintext gRPC, replacing the\n"
+    "                  config's grpc_tls (tests, demos, trusted networks);\n"
+    "                  without it the config must have a grpc_tls section\n";
 
-// Parses "--name value", "--name=value" and the switches "--memory" and
-// "--no-detect" into `flags`. False (after printing why) on anything else.
+// Parses "--name value", "--name=value" and the switches "--memory",
+// "--no-detect" and "--grpc-insecure" into `flags`. False (after printing why) on anything else.
 bool ParseFlags(int argc, char** argv, std::map<std::string, std::string>* flags) {
   static const char* const kValued[] = {"data-dir", "grpc-listen",
                                         "http-listen", "config", "web-dir",
@@ -50,7 +55,8 @@ bool ParseFlags(int argc, char** argv, std::map<std::string, std::string>* flags
       name.resize(eq);
       has_value = true;
     }
-    if ((name == "memory" || name == "no-detect") && !has_value) {
+    if ((name == "memory" || name == "no-detect" || name == "grpc-insecure") &&
+        !has_value) {
       (*flags)[name] = "true";
       continue;
     }
@@ -97,6 +103,17 @@ int main(int argc, char** argv) {
   if (flags.count("memory")) options.memory = true;
   if (flags.count("rules")) options.rules_file = flags["rules"];
   if (flags.count("no-detect")) options.detection_enabled = false;
+  if (flags.count("grpc-insecure")) {
+    options.grpc_insecure = true;
+    options.grpc_tls.reset();
+  }
+
+  // A bad combination is a config error (exit 2: restarting cannot fix it).
+  if (absl::Status s = vigil::ValidateServerOptions(options); !s.ok()) {
+    std::fprintf(stderr, "vigil-server: bad config:\n%s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
 
   // Block the signals before any thread starts, so sigwait() gets them.
   sigset_t signals;
@@ -113,14 +130,26 @@ int main(int argc, char** argv) {
   }
   std::string grpc_host = options.grpc_listen.substr(0, options.grpc_listen.rfind(':'));
   std::string http_host = options.http_listen.substr(0, options.http_listen.rfind(':'));
-  std::printf("vigil-server: ingest (gRPC) on %s:%d, HTTP API on http://%s:%d/ "
-              "(/metrics, /api/v1/series, /api/v1/incidents), data in %s, "
-              "detection %s\n",
-              grpc_host.c_str(), server.grpc_port(), http_host.c_str(),
-              server.http_port(),
+  std::string security =
+      options.grpc_insecure
+          ? "PLAINTEXT, no TLS"
+          : options.grpc_tls->require_client_cert ? "mTLS" : "TLS";
+  if (options.node_tokens.enabled()) security += ", node tokens";
+  if (options.grpc_tls.has_value() &&
+      options.grpc_tls->node_identity == vigil::NodeIdentity::kCertificate)
+    security += ", node names bound to certificates";
+  std::printf("vigil-server: ingest (gRPC, %s) on %s:%d, HTTP API on "
+              "http://%s:%d/ (/metrics, /api/v1/series, /api/v1/incidents), "
+              "data in %s, detection %s\n",
+              security.c_str(), grpc_host.c_str(), server.grpc_port(),
+              http_host.c_str(), server.http_port(),
               options.memory ? "memory" : options.data_dir.c_str(),
               options.detection_enabled ? "on" : "off");
   std::fflush(stdout);
+  if (options.grpc_insecure && options.node_tokens.enabled())
+    std::fprintf(stderr,
+                 "vigil-server: warning: node tokens cross the network in "
+                 "clear text without grpc_tls\n");
 
   int signal = 0;
   sigwait(&signals, &signal);

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "server/detection_service.h"
+#include "server/grpc_security.h"
 #include "escalation/escalation.h"
 #include "server/escalation_service.h"
 #include "server/http_api.h"
@@ -78,6 +79,21 @@ absl::Status VigilServer::Start() {
   if (store_ != nullptr)
     return absl::FailedPreconditionError("server already started");
   VIGIL_RETURN_IF_ERROR(ValidateServerOptions(options_));
+  // Security first: a bad certificate or token file is reported before
+  // anything is opened.
+  VIGIL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                         IngestServerCredentials(options_, clock_->Now()));
+  std::unique_ptr<StreamAuthenticator> stream_auth;
+  if (options_.node_tokens.enabled() ||
+      (options_.grpc_tls.has_value() &&
+       options_.grpc_tls->node_identity != NodeIdentity::kNone)) {
+    VIGIL_ASSIGN_OR_RETURN(
+        stream_auth,
+        StreamAuthenticator::Create(options_.node_tokens,
+                                    options_.grpc_tls.has_value()
+                                        ? options_.grpc_tls->node_identity
+                                        : NodeIdentity::kNone));
+  }
   RuleSet rules = DefaultRuleSet();
   if (!options_.rules_file.empty()) {
     VIGIL_ASSIGN_OR_RETURN(rules, LoadRuleFile(options_.rules_file));
@@ -151,14 +167,14 @@ absl::Status VigilServer::Start() {
   ingest_options.clock = clock_;
   ingest_options.metrics = &metrics_;
   ingest_options.observer = observer;
+  ingest_options.authenticator = stream_auth.get();
   ingest_options.max_future_skew_seconds = options_.max_future_skew_seconds;
   ingest_options.raw_retention_seconds = options_.raw_retention_seconds;
   auto ingest = std::make_unique<IngestService>(ingest_options);
 
   grpc::ServerBuilder builder;
   int grpc_port = 0;
-  builder.AddListeningPort(options_.grpc_listen,
-                           grpc::InsecureServerCredentials(), &grpc_port);
+  builder.AddListeningPort(options_.grpc_listen, credentials, &grpc_port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
@@ -192,6 +208,7 @@ absl::Status VigilServer::Start() {
   detection_ = std::move(detection);
   escalation_ = std::move(escalation);
   tee_ = std::move(tee);
+  stream_auth_ = std::move(stream_auth);
   ingest_ = std::move(ingest);
   grpc_server_ = std::move(grpc_server);
   http_ = std::move(http);
@@ -207,6 +224,7 @@ absl::Status VigilServer::Stop() {
   grpc_server_->Shutdown(gpr_inf_past(GPR_CLOCK_MONOTONIC));
   grpc_server_.reset();
   ingest_.reset();
+  stream_auth_.reset();
   detection_->Stop();
   http_->Stop();
   http_.reset();

@@ -24,6 +24,7 @@ class DetectionService;
 class EscalationService;
 class HttpApi;
 class IngestService;
+class StreamAuthenticator;
 
 // Owns the store (RocksDB in options.data_dir, or memory), the detection
 // service and both listeners. Start() and Stop() must be called from one thread; the
@@ -41,11 +42,12 @@ class VigilServer {
   ~VigilServer();
 
   // Loads the rules, opens the store, loads its incidents, starts detection
-  // and binds both listeners. kInvalidArgument for bad options or a rule
-  // file with errors (every one listed, one per line, with file and
-  // position), kNotFound for an unreadable rule file, the store's error if
-  // it cannot open, kUnavailable if an address cannot be bound (nothing is
-  // left running then).
+  // and binds both listeners. kInvalidArgument for bad options (neither
+  // grpc_tls nor grpc_insecure, say), a bad TLS or node token file (named)
+  // or a rule file with errors (every one listed, one per line, with file
+  // and position), kNotFound for an unreadable rule, TLS or token file, the
+  // store's error if it cannot open, kUnavailable if an address cannot be
+  // bound (nothing is left running then).
   absl::Status Start();
   // Stops accepting, cancels live streams, stops HTTP and flushes the
   // store. Returns the flush status. Idempotent.
@@ -77,6 +79,7 @@ class VigilServer {
   std::unique_ptr<EscalationService> escalation_;
   // Feeds both the detection service and `observer_` when both are set.
   std::unique_ptr<FrameObserver> tee_;
+  std::unique_ptr<StreamAuthenticator> stream_auth_;
   std::unique_ptr<IngestService> ingest_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<HttpApi> http_;

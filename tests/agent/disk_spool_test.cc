@@ -324,6 +324,7 @@ TEST(DiskSpoolTest, StreamClientOutageLosesNothing) {
   StreamClientOptions options;
   options.server = server->address();
   options.node = "n003";
+  options.security = testing::Plaintext();
   options.initial_backoff_seconds = 0.01;
   options.max_backoff_seconds = 0.05;
   absl::StatusOr<std::unique_ptr<StreamClient>> client =

@@ -23,13 +23,17 @@ struct FakeIngestServer::Impl : public v1::Ingest::Service {
       stream = ++streams;
       contexts.insert(context);
     }
-    grpc::Status status = Serve(stream, rw);
+    std::string authorization;
+    auto it = context->client_metadata().find("authorization");
+    if (it != context->client_metadata().end())
+      authorization.assign(it->second.data(), it->second.size());
+    grpc::Status status = Serve(stream, authorization, rw);
     std::lock_guard<std::mutex> l(mu);
     contexts.erase(context);
     return status;
   }
 
-  grpc::Status Serve(int stream,
+  grpc::Status Serve(int stream, const std::string& authorization,
                      grpc::ServerReaderWriter<v1::Ack, v1::FrameBatch>* rw) {
     std::set<uint32_t> dictionary;
     v1::FrameBatch batch;
@@ -44,6 +48,9 @@ struct FakeIngestServer::Impl : public v1::Ingest::Service {
       r.hello_instance = batch.hello().agent_instance();
       r.hello_version = batch.hello().agent_version();
       r.hello_interval = batch.hello().interval_seconds();
+      r.hello_batches_dropped = batch.hello().batches_dropped();
+      r.hello_batches_dropped_earlier = batch.hello().batches_dropped_earlier();
+      r.authorization = authorization;
       r.series = batch.series_size();
       r.frames = batch.frames_size();
       r.bytes = batch.ByteSizeLong();
@@ -101,10 +108,14 @@ struct FakeIngestServer::Impl : public v1::Ingest::Service {
   std::unique_ptr<grpc::Server> server;
 };
 
-FakeIngestServer::FakeIngestServer(int port) : impl_(new Impl) {
+FakeIngestServer::FakeIngestServer(
+    int port, std::shared_ptr<grpc::ServerCredentials> credentials)
+    : impl_(new Impl) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:" + std::to_string(port),
-                           grpc::InsecureServerCredentials(), &impl_->port);
+  builder.AddListeningPort(
+      "127.0.0.1:" + std::to_string(port),
+      credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),
+      &impl_->port);
   builder.RegisterService(impl_.get());
   impl_->server = builder.BuildAndStart();
   if (impl_->server == nullptr || impl_->port == 0) {
@@ -163,6 +174,12 @@ void FakeIngestServer::HoldAcks(bool hold) {
 void FakeIngestServer::CancelStreams() {
   std::lock_guard<std::mutex> l(impl_->mu);
   for (grpc::ServerContext* c : impl_->contexts) c->TryCancel();
+}
+
+std::shared_ptr<const TransportSecurity> Plaintext() {
+  AgentTransportConfig plaintext;
+  plaintext.insecure = true;
+  return *TransportSecurity::Create(plaintext);
 }
 
 bool WaitFor(const std::function<bool()>& condition, double timeout_seconds) {

@@ -10,6 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "agent/transport_security.h"
+
+namespace grpc {
+class ServerCredentials;
+}  // namespace grpc
+
 namespace vigil::agent::testing {
 
 // One batch as the fake server read it.
@@ -19,6 +25,9 @@ struct ReceivedBatch {
   bool hello = false;
   std::string hello_node, hello_instance, hello_version;
   double hello_interval = 0;
+  uint64_t hello_batches_dropped = 0;
+  uint64_t hello_batches_dropped_earlier = 0;
+  std::string authorization;  // the stream's authorization metadata
   int series = 0;  // dictionary entries carried
   int frames = 0;
   size_t bytes = 0;  // serialized size
@@ -26,9 +35,11 @@ struct ReceivedBatch {
 
 class FakeIngestServer {
  public:
-  // Serves on 127.0.0.1:`port` (0 picks a free one). Aborts the test binary
-  // if the port cannot be bound.
-  explicit FakeIngestServer(int port = 0);
+  // Serves on 127.0.0.1:`port` (0 picks a free one) with `credentials`
+  // (null: plaintext). Aborts the test binary if the port cannot be bound.
+  explicit FakeIngestServer(
+      int port = 0,
+      std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
   ~FakeIngestServer();
 
   int port() const;
@@ -56,6 +67,9 @@ class FakeIngestServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Security for a StreamClient talking plaintext to a FakeIngestServer.
+std::shared_ptr<const TransportSecurity> Plaintext();
 
 // Polls `condition` every 2 ms for up to `timeout_seconds`; true if it held.
 bool WaitFor(const std::function<bool()>& condition,

@@ -19,6 +19,7 @@ std::unique_ptr<StreamClient> MakeClient(const std::string& server,
                                          StreamClientOptions options = {}) {
   options.server = server;
   options.node = "n002";
+  if (options.security == nullptr) options.security = testing::Plaintext();
   if (options.clock == RealClock()) {
     options.initial_backoff_seconds = 0.01;
     options.max_backoff_seconds = 0.05;

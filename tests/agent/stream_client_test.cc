@@ -18,6 +18,7 @@ std::unique_ptr<StreamClient> MakeClient(const std::string& server,
                                          StreamClientOptions options = {}) {
   options.server = server;
   options.node = "n001";
+  if (options.security == nullptr) options.security = testing::Plaintext();
   options.interval_seconds = 1.0;
   options.initial_backoff_seconds = 0.01;
   options.max_backoff_seconds = 0.05;

@@ -74,7 +74,7 @@ for binary in "${binaries[@]}"; do expect_file "$prefix/bin/$(basename "$binary"
 for unit in "${units[@]}"; do expect_file "/lib/systemd/system/$unit.service" 644; done
 expect_file "$prefix/share/vigil/web/index.html" 644
 expect_file "$prefix/share/doc/vigil/systemd.md" 644
-for config in server.json agent.env actuator.env actuator.secret; do
+for config in server.json agent.json agent.env actuator.env actuator.secret; do
   expect_file "/etc/vigil/$config" 640
 done
 check
@@ -166,7 +166,7 @@ common_settings=(
 declare -A unit_settings=(
   [vigil-server]="User=vigil StateDirectory=vigil PrivateDevices=yes"
   [vigil-actuator]="User=vigil StateDirectory=vigil-actuator PrivateDevices=yes"
-  [vigil-agent]="DynamicUser=yes StateDirectory=vigil-agent PrivateDevices=no DevicePolicy=closed CPUQuota=5% MemoryMax=64M EnvironmentFile=/etc/vigil/agent.env")
+  [vigil-agent]="DynamicUser=yes StateDirectory=vigil-agent PrivateDevices=no DevicePolicy=closed CPUQuota=5% MemoryMax=64M EnvironmentFile=-/etc/vigil/agent.env RuntimeDirectory=vigil")
 for unit in "${units[@]}"; do
   file=$src/deploy/systemd/$unit.service
   read -ra wanted <<<"${unit_settings[$unit]}"

@@ -39,6 +39,7 @@ r="http://127.0.0.1:$rport"
 cat >"$work/server.json" <<EOF
 {
   "data_dir": "$work/data", "grpc_listen": "127.0.0.1:$gport", "http_listen": "127.0.0.1:$hport",
+  "grpc_insecure": true,
   "escalation": {
     "users": [{"name": "alice", "phone": "+15550001"}],
     "schedules": [{"name": "primary", "layers": [{"name": "w", "rotation": "weekly",
@@ -75,7 +76,7 @@ print(*[sum(x["state"] == s for x in d) for s in ("pending", "delivered", "faile
 
 log "receivers are down; server up; P0 fault in 10 s"
 start_server
-"$build/agent/vigil-agent" --server "127.0.0.1:$gport" --node n001 --job outage \
+"$build/agent/vigil-agent" --server "127.0.0.1:$gport" --insecure --node n001 --job outage \
   --simulate=ecc_dbe --fault-at 10 --interval 1 >"$work/agent.log" 2>&1 & pids+=($!)
 # Three rounds of pages (0, 15, 30 s) x three channels pile up undelivered.
 wait_for 120 bash -c "[ \"\$(curl -sf 'http://127.0.0.1:$hport/api/v1/deliveries?limit=1000' | grep -o '\"state\":\"pending\"' | wc -l)\" -ge 6 ]" \

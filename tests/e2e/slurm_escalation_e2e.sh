@@ -69,6 +69,7 @@ sha() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
 cat >"$work/server.json" <<EOF
 {
   "data_dir": "$work/data", "grpc_listen": "127.0.0.1:$gport", "http_listen": "127.0.0.1:$hport",
+  "grpc_insecure": true,
   "auth": {"tokens": [{"name": "alice", "role": "operator", "sha256": "$(sha $op_token)"},
                       {"name": "vic", "role": "viewer", "sha256": "$(sha $viewer_token)"}]},
   "escalation": {
@@ -110,7 +111,7 @@ wait_for 10 curl -sf "http://127.0.0.1:$aport/healthz" || fail "actuator did not
 
 # --- the fault -----------------------------------------------------------------
 log "agent on $node streams; ECC double-bit error at +20 s"
-"$build/agent/vigil-agent" --server "127.0.0.1:$gport" --node "$node" --job vigil-e2e \
+"$build/agent/vigil-agent" --server "127.0.0.1:$gport" --insecure --node "$node" --job vigil-e2e \
   --simulate=ecc_dbe --fault-at 20 --interval 1 >"$work/agent.log" 2>&1 & pids+=($!)
 
 incidents() { curl -sf "http://127.0.0.1:$hport/api/v1/incidents?severity=P0"; }

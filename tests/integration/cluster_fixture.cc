@@ -47,6 +47,9 @@ SimulatedAgent::SimulatedAgent(const std::string& node, const std::string& job,
   agent::StreamClientOptions options;
   options.server = server;
   options.node = node;
+  agent::AgentTransportConfig plaintext;
+  plaintext.insecure = true;
+  options.security = *agent::TransportSecurity::Create(plaintext);
   options.initial_backoff_seconds = 0.05;
   options.max_backoff_seconds = 0.5;
   options.seed = seed;

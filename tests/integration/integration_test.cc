@@ -70,6 +70,7 @@ ServerOptions OptionsFor(const std::string& dir) {
   options.data_dir = dir;
   options.grpc_listen = "127.0.0.1:0";
   options.http_listen = "127.0.0.1:0";
+  options.grpc_insecure = true;
   return options;
 }
 
@@ -120,7 +121,7 @@ pid_t SpawnServer(const std::string& dir, int grpc_port, int http_port) {
     std::string g = "--grpc-listen=127.0.0.1:" + std::to_string(grpc_port);
     std::string h = "--http-listen=127.0.0.1:" + std::to_string(http_port);
     execl(VIGIL_SERVER_BINARY, VIGIL_SERVER_BINARY, data.c_str(), g.c_str(),
-          h.c_str(), static_cast<char*>(nullptr));
+          h.c_str(), "--grpc-insecure", static_cast<char*>(nullptr));
     _exit(127);
   }
   httplib::Client http("127.0.0.1", http_port);

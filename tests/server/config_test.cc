@@ -100,6 +100,7 @@ TEST(ConfigTest, ValidateRequiresDataDirAndAddresses) {
   options.memory = true;
   options.grpc_listen = "127.0.0.1:0";
   options.http_listen = "[::1]:8080";
+  options.grpc_insecure = true;
   EXPECT_TRUE(ValidateServerOptions(options).ok());
 }
 

@@ -67,6 +67,7 @@ TEST(DetectionConfigTest, ReopenWindowMustEndBeforeEscalationForgets) {
   options.grpc_listen = "127.0.0.1:0";
   options.http_listen = "127.0.0.1:0";
   options.rules_file = path;
+  options.grpc_insecure = true;
   VigilServer server(options);
   absl::Status s = server.Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

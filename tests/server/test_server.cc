@@ -12,6 +12,7 @@ ServerOptions TestOptions() {
   options.grpc_listen = "127.0.0.1:0";
   options.http_listen = "127.0.0.1:0";
   options.http_threads = 2;
+  options.grpc_insecure = true;
   return options;
 }
 

@@ -16,7 +16,8 @@
 
 namespace vigil::testing {
 
-// Options for an in-memory server on ephemeral loopback ports.
+// Options for an in-memory server on ephemeral loopback ports, plaintext
+// gRPC (grpc_insecure).
 ServerOptions TestOptions();
 
 // A started VigilServer with a FakeClock (at FakeClock's default start).

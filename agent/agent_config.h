@@ -1,0 +1,123 @@
+// The agent's configuration: one JSON file (every key below; unknown keys are
+// errors), with command-line flags of vigil-agent overriding it. The example
+// with every key and its default is deploy/systemd/agent.json.
+#ifndef VIGIL_AGENT_AGENT_CONFIG_H_
+#define VIGIL_AGENT_AGENT_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace vigil::agent {
+
+// How the agent reaches the server. Plain text only with `insecure`.
+struct AgentTransportConfig {
+  // Talk plain text; never the default.
+  bool insecure = false;
+  // PEM files: the CA that signed the server's certificate, and this node's
+  // client certificate and key (mTLS).
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  // Name to check the server's certificate against instead of the host of
+  // `server` (e.g. when dialling an IP).
+  std::string server_name;
+  // File holding this node's token, sent as a bearer token on every stream;
+  // empty sends none.
+  std::string token_file;
+};
+
+// The NVML (GPU) collector.
+struct NvmlConfig {
+  bool enabled = true;
+  // Library to dlopen; a bare name is searched the usual way.
+  std::string library = "libnvidia-ml.so.1";
+  // Wait for XID and ECC events on a thread and send them at once.
+  bool events = true;
+};
+
+// The RDMA / InfiniBand / RoCE collector (sysfs counters).
+struct InfinibandConfig {
+  bool enabled = true;
+};
+
+// The disk collector (/proc/diskstats).
+struct DiskConfig {
+  bool enabled = true;
+  // Devices to report (e.g. "nvme0n1"); empty: every whole disk.
+  std::vector<std::string> devices;
+};
+
+// The host CPU collector (/proc/stat: iowait).
+struct CpuConfig {
+  bool enabled = true;
+};
+
+// The endpoint training processes push step metrics into.
+struct TrainingConfig {
+  bool enabled = true;
+  // Unix socket the ranks connect to (python/README.md).
+  std::string socket = "/run/vigil/train.sock";
+  // A rank's readings stop counting this long after its last message.
+  double stale_seconds = 300;
+};
+
+// Everything vigil-agent is configured with.
+struct AgentConfig {
+  // Server address, HOST:PORT. Required.
+  std::string server;
+  // Node name; empty: the host name up to its first dot.
+  std::string node;
+  // Job reported while no training process on the node has named its job
+  // (frames always carry a job).
+  std::string idle_job = "idle";
+  // Seconds between frames.
+  double interval_seconds = 1.0;
+  AgentTransportConfig transport;
+  // Directory of the on-disk spool of unacknowledged batches; empty keeps
+  // them in memory (64 MiB) only.
+  std::string spool_dir;
+  // Bound of the spool in MiB; the oldest batches are dropped beyond it.
+  uint64_t spool_max_mb = 256;
+  // Where the agent serves its own /metrics, IPV4:PORT (e.g.
+  // 127.0.0.1:9465); empty: nowhere.
+  std::string metrics_listen;
+  // Roots of sysfs and procfs (tests point them at fixture trees).
+  std::string sysfs_root = "/sys";
+  std::string proc_root = "/proc";
+  NvmlConfig nvml;
+  InfinibandConfig infiniband;
+  DiskConfig disk;
+  CpuConfig cpu;
+  TrainingConfig training;
+};
+
+// Names of the collectors, as used in the config and --collectors.
+std::vector<std::string> CollectorNames();
+
+// Applies the JSON document `text` on top of `config`. kInvalidArgument
+// listing every problem (syntax with line and column, unknown keys, wrong
+// types, out-of-range values); `config` is unchanged then.
+absl::Status ParseAgentConfig(std::string_view text, AgentConfig* config);
+
+// Reads the file at `path` and applies it as ParseAgentConfig does; the
+// error names the file.
+absl::Status LoadAgentConfigFile(const std::string& path, AgentConfig* config);
+
+// Enables exactly the collectors in the comma-separated `list` (e.g.
+// "nvml,training"; "none" disables all). kInvalidArgument on an unknown name.
+absl::Status EnableOnlyCollectors(std::string_view list, AgentConfig* config);
+
+// OK if `config` can run: server set and HOST:PORT, a node name, an idle job
+// name, interval in (0, 3600], spool bound in [1, 1048576], a HOST:PORT or
+// nothing for metrics. kInvalidArgument naming the first problem otherwise.
+// The transport is checked by TransportSecurity::Create
+// (agent/transport_security.h).
+absl::Status ValidateAgentConfig(const AgentConfig& config);
+
+}  // namespace vigil::agent
+
+#endif  // VIGIL_AGENT_AGENT_CONFIG_H_

@@ -1,0 +1,177 @@
+#include "agent/training_ranks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <variant>
+#include <vector>
+
+namespace vigil::agent {
+namespace {
+
+// Folds the values of several ranks into one, propagating NaN.
+class Fold {
+ public:
+  enum Kind { kMean, kSum, kMax, kMin };
+  explicit Fold(Kind kind) : kind_(kind) {}
+  void Add(const std::optional<double>& v) {
+    if (!v) return;
+    const double x = *v;
+    if (n_++ == 0) {
+      acc_ = x;
+    } else if (kind_ == kMean || kind_ == kSum) {
+      acc_ += x;
+    } else if (std::isnan(x) || std::isnan(acc_)) {
+      acc_ = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      acc_ = kind_ == kMax ? std::max(acc_, x) : std::min(acc_, x);
+    }
+  }
+  // Appends the result as `metric` to `tick` if any rank had a value.
+  void Emit(Tick* tick, const char* metric, std::vector<Label> labels = {}) {
+    if (n_ == 0) return;
+    tick->Add(metric, std::move(labels), kind_ == kMean ? acc_ / n_ : acc_);
+  }
+
+ private:
+  Kind kind_;
+  int n_ = 0;
+  double acc_ = 0;
+};
+
+}  // namespace
+
+TrainingRanks::TrainingRanks(TrainingRanksOptions options)
+    : options_(std::move(options)) {}
+
+TrainingRanks::Rank* TrainingRanks::Touch(const HelloMessage& hello,
+                                          double now) {
+  RankKey key{hello.job, hello.rank};
+  auto it = ranks_.find(key);
+  if (it == ranks_.end()) {
+    if (ranks_.size() >= options_.max_ranks) DropStale(now);
+    if (ranks_.size() >= options_.max_ranks) return nullptr;
+    it = ranks_.emplace(std::move(key), Rank{}).first;
+  }
+  Rank& rank = it->second;
+  rank.gpu = std::to_string(hello.gpu          ? *hello.gpu
+                            : hello.local_rank ? *hello.local_rank
+                                               : hello.rank);
+  rank.last_heard = now;
+  return &rank;
+}
+
+absl::Status TrainingRanks::Apply(const TrainingMessage& message, double now,
+                                  std::optional<HelloMessage>* hello,
+                                  std::optional<Tick>* event) {
+  if (const auto* h = std::get_if<HelloMessage>(&message)) {
+    HelloMessage named = *h;
+    if (named.job.empty()) named.job = options_.default_job;
+    if (Touch(named, now) == nullptr)
+      return absl::ResourceExhaustedError("too many ranks on this node");
+    *hello = std::move(named);
+    return absl::OkStatus();
+  }
+  if (!hello->has_value())
+    return absl::FailedPreconditionError(
+        R"(no hello on this connection yet: send {"type":"hello",...} first)");
+  const HelloMessage& who = **hello;
+  Rank* rank = Touch(who, now);
+  if (rank == nullptr)
+    return absl::ResourceExhaustedError("too many ranks on this node");
+  if (const auto* step = std::get_if<StepMessage>(&message)) {
+    rank->step = *step;
+    std::pair<std::string, int64_t> job_step{who.job, step->step};
+    if (step->loss && !std::isfinite(*step->loss) &&
+        last_nan_event_ != job_step) {
+      last_nan_event_ = std::move(job_step);
+      Tick tick;
+      tick.ts = now;
+      tick.job = who.job;
+      tick.step = step->step;
+      tick.Add("train_loss", {}, *step->loss);
+      *event = std::move(tick);
+    }
+    return absl::OkStatus();
+  }
+  const PhaseMarker marker = std::get<PhaseMessage>(message).marker;
+  rank->phase_seen = true;
+  switch (marker) {
+    case PhaseMarker::kCheckpointStart:
+    case PhaseMarker::kCheckpointEnd:
+      rank->checkpoint = marker == PhaseMarker::kCheckpointStart;
+      break;
+    case PhaseMarker::kEvalStart:
+    case PhaseMarker::kEvalEnd:
+      rank->eval = marker == PhaseMarker::kEvalStart;
+      break;
+  }
+  return absl::OkStatus();
+}
+
+void TrainingRanks::DropStale(double now) {
+  std::erase_if(ranks_, [&](const auto& entry) {
+    return now - entry.second.last_heard > options_.staleness_seconds;
+  });
+}
+
+void TrainingRanks::Collect(double now, Tick* tick) {
+  DropStale(now);
+  const std::string* job = nullptr;
+  double newest = -std::numeric_limits<double>::infinity();
+  for (const auto& [key, rank] : ranks_) {
+    if (rank.last_heard > newest) {
+      newest = rank.last_heard;
+      job = &key.first;
+    }
+  }
+  if (job == nullptr) {
+    if (!options_.default_job.empty()) tick->job = options_.default_job;
+    return;
+  }
+  if (!job->empty()) tick->job = *job;
+
+  Fold loss(Fold::kMean), grad_norm(Fold::kMean), mfu(Fold::kMean),
+      tokens(Fold::kSum), step_time(Fold::kMax), data_wait(Fold::kMax),
+      loss_scale(Fold::kMin);
+  struct Torch {
+    Fold reserved{Fold::kSum}, allocated{Fold::kSum}, retries{Fold::kSum};
+  };
+  std::map<std::string, Torch> torch;  // by gpu label
+  bool phase_seen = false, checkpoint = false, eval = false;
+  for (const auto& [key, rank] : ranks_) {
+    if (key.first != *job) continue;
+    phase_seen |= rank.phase_seen;
+    checkpoint |= rank.checkpoint;
+    eval |= rank.eval;
+    if (!rank.step) continue;
+    const StepMessage& s = *rank.step;
+    if (!tick->step || s.step > *tick->step) tick->step = s.step;
+    loss.Add(s.loss);
+    grad_norm.Add(s.grad_norm);
+    mfu.Add(s.mfu_ratio);
+    tokens.Add(s.tokens_per_second);
+    step_time.Add(s.step_time_seconds);
+    data_wait.Add(s.dataloader_wait_seconds);
+    loss_scale.Add(s.loss_scale);
+    Torch& t = torch[rank.gpu];
+    t.reserved.Add(s.torch_reserved_bytes);
+    t.allocated.Add(s.torch_allocated_bytes);
+    t.retries.Add(s.torch_alloc_retries_total);
+  }
+  loss.Emit(tick, "train_loss");
+  grad_norm.Emit(tick, "train_grad_norm");
+  tokens.Emit(tick, "train_tokens_per_second");
+  step_time.Emit(tick, "train_step_time_seconds");
+  data_wait.Emit(tick, "train_dataloader_wait_seconds");
+  mfu.Emit(tick, "train_mfu_ratio");
+  loss_scale.Emit(tick, "train_loss_scale");
+  if (phase_seen) tick->Add("train_phase", {}, checkpoint ? 1 : eval ? 2 : 0);
+  for (auto& [gpu, t] : torch) {
+    t.reserved.Emit(tick, "torch_reserved_bytes", {{"gpu", gpu}});
+    t.allocated.Emit(tick, "torch_allocated_bytes", {{"gpu", gpu}});
+    t.retries.Emit(tick, "torch_alloc_retries_total", {{"gpu", gpu}});
+  }
+}
+
+}  // namespace vigil::agent
