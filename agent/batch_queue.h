@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "vigil/v1/ingest.pb.h"
@@ -37,6 +38,21 @@ class BatchQueue {
   virtual size_t bytes() const = 0;
   // Batches dropped so far because the bound was hit.
   virtual uint64_t dropped() const = 0;
+  // Seq of the newest batch held, 0 when empty.
+  virtual uint64_t newest_seq() const = 0;
+
+  // Keeps `def`, a new entry of the stream client's series dictionary, with
+  // the batches, so that a queue that outlives the process (a disk spool)
+  // can hand it to the next one. An error means it could not be kept and
+  // the series must not be used. The default keeps nothing.
+  virtual absl::Status KeepSeries(const v1::SeriesDef& def) {
+    (void)def;
+    return absl::OkStatus();
+  }
+  // The dictionary kept with the batches an earlier process left (ids 0,
+  // 1, ... in order), which the stream client takes over so that those
+  // batches mean what they meant; empty when no batch was left.
+  virtual std::vector<v1::SeriesDef> LeftSeries() const { return {}; }
 };
 
 // A BatchQueue in memory, bounded by the serialized size of its batches.
@@ -52,6 +68,9 @@ class MemoryBatchQueue : public BatchQueue {
   size_t size() const override { return batches_.size(); }
   size_t bytes() const override { return bytes_; }
   uint64_t dropped() const override { return dropped_; }
+  uint64_t newest_seq() const override {
+    return batches_.empty() ? 0 : batches_.back().batch->seq();
+  }
 
  private:
   struct Entry {

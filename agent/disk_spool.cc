@@ -70,35 +70,50 @@ bool WriteAll(int fd, const std::string& data) {
   return true;
 }
 
-// Records at the start of the segment at `path` that are whole and pass
-// their CRC.
-absl::StatusOr<uint64_t> CountValidRecords(const std::string& path) {
+// The payloads of the records at the start of the file at `path` that are
+// whole and pass their CRC, each with its offset; `*valid_bytes` is where
+// they end.
+absl::Status ReadRecords(const std::string& path,
+                         std::vector<std::pair<uint64_t, std::string>>* out,
+                         uint64_t* valid_bytes) {
+  out->clear();
+  *valid_bytes = 0;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(absl::StrCat("open ", path), errno);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return Errno(absl::StrCat("open ", path), errno);
+  }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int err = errno;
     close(fd);
     return Errno(absl::StrCat("stat ", path), err);
   }
-  uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
-  uint64_t records = 0, offset = 0;
-  std::string payload;
+  uint64_t file_bytes = static_cast<uint64_t>(st.st_size), offset = 0;
   char header[kHeaderBytes];
   while (offset + kHeaderBytes <= file_bytes &&
          ReadAt(fd, offset, kHeaderBytes, header)) {
     uint32_t length = GetU32(header);
     if (length > file_bytes - offset - kHeaderBytes) break;  // torn
-    payload.resize(length);
+    std::string payload(length, '\0');
     if (!ReadAt(fd, offset + kHeaderBytes, length, payload.data()) ||
         Crc(payload.data(), length) != GetU32(header + 4)) {
       break;
     }
-    ++records;
+    out->emplace_back(offset, std::move(payload));
     offset += kHeaderBytes + length;
   }
   close(fd);
-  return records;
+  *valid_bytes = offset;
+  return absl::OkStatus();
+}
+
+// `payload` framed as a record.
+std::string Frame(const std::string& payload) {
+  std::string record(kHeaderBytes, '\0');
+  PutU32(static_cast<uint32_t>(payload.size()), record.data());
+  PutU32(Crc(payload.data(), payload.size()), record.data() + 4);
+  return record + payload;
 }
 
 }  // namespace
@@ -146,15 +161,99 @@ absl::StatusOr<std::unique_ptr<DiskBatchQueue>> DiskBatchQueue::Open(
     return absl::InternalError(
         absl::StrCat("list spool dir ", dir, ": ", ec.message()));
   }
-  for (const std::string& path : leftovers) {
-    absl::StatusOr<uint64_t> records = CountValidRecords(path);
-    if (!records.ok()) return records.status();
-    queue->dropped_ += *records;
-    if (unlink(path.c_str()) != 0) {
-      return Errno(absl::StrCat("delete ", path), errno);
+  // Names carry the first seq in 20 digits: name order is seq order.
+  std::sort(leftovers.begin(), leftovers.end());
+  if (absl::Status s = queue->Recover(leftovers); !s.ok()) return s;
+  return queue;
+}
+
+absl::Status DiskBatchQueue::Recover(const std::vector<std::string>& paths) {
+  const std::string dict_path =
+      (std::filesystem::path(dir_) / "series.dict").string();
+  std::vector<std::pair<uint64_t, std::string>> records;
+  uint64_t dict_bytes = 0;
+  if (absl::Status s = ReadRecords(dict_path, &records, &dict_bytes); !s.ok())
+    return s;
+  for (const auto& [offset, payload] : records) {
+    v1::SeriesDef def;
+    if (!def.ParseFromString(payload) || def.id() != left_series_.size()) {
+      dict_bytes = offset;  // keep the consistent prefix only
+      break;
+    }
+    left_series_.push_back(std::move(def));
+  }
+  const std::string acked_path =
+      (std::filesystem::path(dir_) / "acked").string();
+  acked_fd_ = open(acked_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (acked_fd_ < 0) return Errno(absl::StrCat("open ", acked_path), errno);
+  char acked_bytes[8] = {};
+  uint64_t acked = 0;
+  if (ReadAt(acked_fd_, 0, sizeof(acked_bytes), acked_bytes)) {
+    acked = GetU32(acked_bytes) | uint64_t{GetU32(acked_bytes + 4)} << 32;
+  }
+  for (const std::string& path : paths) {
+    uint64_t valid_bytes = 0;
+    if (absl::Status s = ReadRecords(path, &records, &valid_bytes); !s.ok())
+      return s;
+    Segment segment{path, 0, 0};
+    for (const auto& [offset, payload] : records) {
+      v1::FrameBatch batch;
+      if (batch.ParseFromString(payload) && batch.seq() <= acked) continue;
+      bool known = batch.ParseFromString(payload) &&
+                   (index_.empty() || batch.seq() > index_.back().seq);
+      for (const v1::Frame& f : batch.frames()) {
+        for (uint32_t id : f.series_ids()) known = known && id < left_series_.size();
+      }
+      if (!known) {
+        ++dropped_;
+        continue;
+      }
+      index_.push_back({batch.seq(), segment_base_ + segments_.size(), offset,
+                        static_cast<uint32_t>(payload.size())});
+      ++segment.held;
+      bytes_ += payload.size();
+    }
+    // Torn or corrupt records beyond valid_bytes are never read again;
+    // the file keeps them until it is deleted.
+    segment.file_bytes = valid_bytes;
+    if (segment.held == 0) {
+      if (unlink(path.c_str()) != 0) {
+        return Errno(absl::StrCat("delete ", path), errno);
+      }
+      continue;
+    }
+    disk_bytes_ += valid_bytes;
+    segments_.push_back(std::move(segment));
+  }
+  if (index_.empty()) {
+    // A fresh start: seqs begin at 1 again, so the old watermark must go.
+    left_series_.clear();
+    dict_bytes = 0;
+    const char zero[8] = {};
+    if (pwrite(acked_fd_, zero, sizeof(zero), 0) != sizeof(zero)) {
+      return Errno(absl::StrCat("write ", acked_path), errno);
     }
   }
-  return queue;
+  dict_fd_ = open(dict_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (dict_fd_ < 0) return Errno(absl::StrCat("open ", dict_path), errno);
+  if (ftruncate(dict_fd_, static_cast<off_t>(dict_bytes)) != 0 ||
+      lseek(dict_fd_, 0, SEEK_END) < 0) {
+    return Errno(absl::StrCat("truncate ", dict_path), errno);
+  }
+  dict_size_ = static_cast<uint32_t>(left_series_.size());
+  return absl::OkStatus();
+}
+
+absl::Status DiskBatchQueue::KeepSeries(const v1::SeriesDef& def) {
+  if (def.id() != dict_size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "series id ", def.id(), " kept out of order (want ", dict_size_, ")"));
+  }
+  if (!WriteAll(dict_fd_, Frame(def.SerializeAsString()))) {
+    return Errno(absl::StrCat("write ", dir_, "/series.dict"), errno);
+  }
+  ++dict_size_;
+  return absl::OkStatus();
 }
 
 DiskBatchQueue::DiskBatchQueue(std::string dir, size_t max_bytes, int lock_fd)
@@ -165,6 +264,8 @@ DiskBatchQueue::DiskBatchQueue(std::string dir, size_t max_bytes, int lock_fd)
 
 DiskBatchQueue::~DiskBatchQueue() {
   if (write_fd_ >= 0) close(write_fd_);
+  if (acked_fd_ >= 0) close(acked_fd_);
+  if (dict_fd_ >= 0) close(dict_fd_);
   close(lock_fd_);
 }
 
@@ -188,16 +289,15 @@ absl::Status DiskBatchQueue::Push(std::shared_ptr<const v1::FrameBatch> batch) {
   if (!index_.empty() && batch->seq() <= index_.back().seq) {
     return absl::InvalidArgumentError("batch seq not increasing");
   }
-  std::string record(kHeaderBytes, '\0');
-  if (!batch->AppendToString(&record)) {
+  std::string serialized;
+  if (!batch->SerializeToString(&serialized)) {
     return absl::InvalidArgumentError("batch cannot be serialized");
   }
-  size_t payload = record.size() - kHeaderBytes;
+  size_t payload = serialized.size();
   if (payload > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("batch larger than 4 GiB");
   }
-  PutU32(static_cast<uint32_t>(payload), record.data());
-  PutU32(Crc(record.data() + kHeaderBytes, payload), record.data() + 4);
+  std::string record = Frame(serialized);
   if (write_fd_ < 0 ||
       (segments_.back().file_bytes > 0 &&
        segments_.back().file_bytes + record.size() > segment_target_bytes_)) {
@@ -293,6 +393,13 @@ std::shared_ptr<const v1::FrameBatch> DiskBatchQueue::NextAfter(
 }
 
 size_t DiskBatchQueue::RemoveUpTo(uint64_t seq) {
+  // Remembered for the next process; a failed write only means batches
+  // acknowledged since are sent again after a restart (the server drops
+  // the repeated samples).
+  char acked[8];
+  PutU32(static_cast<uint32_t>(seq), acked);
+  PutU32(static_cast<uint32_t>(seq >> 32), acked + 4);
+  (void)!pwrite(acked_fd_, acked, sizeof(acked), 0);
   size_t removed = 0;
   while (!index_.empty() && index_.front().seq <= seq) {
     PopEntry();

@@ -8,16 +8,18 @@
 // min(4 MiB, max_bytes / 8). Memory holds only an index (seq, segment,
 // offset, size per batch) and at most two decoded batches.
 //
-// Restarts: batches written by an earlier agent process are NOT replayed.
-// Their frames name series by the ids of that process's series dictionary,
-// which lives only in memory and which the stream client sends afresh, from
-// id 0, on every stream; a new process also starts its seqs at 1 again and
-// announces a new agent instance in Hello. Resending old batches as-is would
-// attach their values to the wrong series. Open() therefore counts the
-// readable batches it finds as dropped and deletes their segments. Nothing
-// is fsynced for the same reason: the spool protects against server outages
-// (a one-hour outage at 1 Hz fits many times in the default bound), not
-// against an agent crash, which loses whatever was not acknowledged.
+// Restarts: the series dictionary the batches' frames refer to is kept
+// beside them in series.dict (the same record framing, one SeriesDef per
+// record, ids 0, 1, ... in order), appended as the stream client registers
+// series. A new agent process reopening the spool resends what the earlier
+// one left: it takes over that dictionary (LeftSeries) and continues the
+// seqs after the newest batch held. The highest acknowledged seq is kept in
+// the file "acked" (8 bytes, rewritten at every RemoveUpTo), so batches
+// acknowledged before the restart are not sent again. Batches that refer to a series the
+// dictionary lacks (it was torn, or deleted by hand) are dropped and
+// counted, as are records cut short or failing their CRC. Nothing is
+// fsynced: a node that loses power loses what its page cache held; an agent
+// that crashes or is restarted loses nothing.
 #ifndef VIGIL_AGENT_DISK_SPOOL_H_
 #define VIGIL_AGENT_DISK_SPOOL_H_
 
@@ -26,6 +28,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,9 +48,10 @@ inline constexpr size_t kDefaultSpoolMaxBytes = 256u << 20;
 class DiskBatchQueue : public BatchQueue {
  public:
   // Opens the spool in `dir`, creating it (and its parents) if missing, and
-  // takes an exclusive lock on it (file LOCK). Segments left by an earlier
-  // process are deleted and their readable batches counted in dropped()
-  // (reading a segment stops at a torn or corrupt record). kInvalidArgument
+  // takes an exclusive lock on it (file LOCK). Batches an earlier process
+  // left are held again, in seq order, with their dictionary (LeftSeries);
+  // reading a segment stops at a torn or corrupt record, and batches naming
+  // series the dictionary lacks are dropped and counted. kInvalidArgument
   // if max_bytes is 0; kFailedPrecondition if `dir` is not a directory or
   // another process holds the lock; kInternal for other I/O errors.
   static absl::StatusOr<std::unique_ptr<DiskBatchQueue>> Open(
@@ -75,8 +79,18 @@ class DiskBatchQueue : public BatchQueue {
   size_t size() const override { return index_.size(); }
   // Serialized bytes of the batches held.
   size_t bytes() const override { return bytes_; }
-  // Batches dropped: by the bound, found at Open, or unreadable.
+  // Batches dropped: by the bound, at Open, or unreadable.
   uint64_t dropped() const override { return dropped_ + unreadable_; }
+  uint64_t newest_seq() const override {
+    return index_.empty() ? 0 : index_.back().seq;
+  }
+  // Appends `def` to series.dict. kInvalidArgument if its id is not the
+  // next one; kInternal if it cannot be written.
+  absl::Status KeepSeries(const v1::SeriesDef& def) override;
+  // The dictionary of the batches found at Open (empty if none were kept).
+  std::vector<v1::SeriesDef> LeftSeries() const override {
+    return left_series_;
+  }
 
   // Bytes of the segment files, framing and acknowledged batches of a
   // partly acknowledged segment included; this is what max_bytes bounds.
@@ -99,6 +113,10 @@ class DiskBatchQueue : public BatchQueue {
   };
 
   DiskBatchQueue(std::string dir, size_t max_bytes, int lock_fd);
+  // Reads series.dict, then indexes the leftover segments `paths` (sorted
+  // by first seq) and keeps what is readable and fully known; opens
+  // series.dict for appending (emptied when no batch was kept).
+  absl::Status Recover(const std::vector<std::string>& paths);
   // Starts a new segment for a batch with `seq`.
   absl::Status Roll(uint64_t seq);
   // Deletes the oldest segment; its held batches count as `dropped` when
@@ -117,6 +135,10 @@ class DiskBatchQueue : public BatchQueue {
   const size_t segment_target_bytes_;
   const int lock_fd_;
   int write_fd_ = -1;  // newest segment, -1 when none is open
+  int dict_fd_ = -1;   // series.dict, open for appending
+  int acked_fd_ = -1;  // "acked": the highest seq removed by RemoveUpTo
+  uint32_t dict_size_ = 0;  // entries in series.dict
+  std::vector<v1::SeriesDef> left_series_;
   std::deque<Segment> segments_;
   uint64_t segment_base_ = 0;  // Entry::segment of segments_.front()
   std::deque<Entry> index_;

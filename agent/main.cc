@@ -347,10 +347,16 @@ absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> MakeClient(
         vigil::agent::DiskBatchQueue::Open(config.spool_dir,
                                            config.spool_max_mb << 20);
     if (!spool.ok()) return spool.status();
+    if ((*spool)->size() > 0) {
+      std::fprintf(stderr,
+                   "vigil-agent: resending %zu unacknowledged batches a "
+                   "previous agent left in %s\n",
+                   (*spool)->size(), config.spool_dir.c_str());
+    }
     if ((*spool)->dropped() > 0) {
       std::fprintf(stderr,
-                   "vigil-agent: dropped %llu unacknowledged batches a "
-                   "previous agent left in %s\n",
+                   "vigil-agent: dropped %llu damaged batches a previous "
+                   "agent left in %s\n",
                    static_cast<unsigned long long>((*spool)->dropped()),
                    config.spool_dir.c_str());
     }
@@ -491,7 +497,9 @@ int main(int argc, char** argv) {
   if (metrics != nullptr) metrics->Stop();
   vigil::agent::StreamClientStats s = (*client)->stats();
   std::fprintf(stderr,
-               "vigil-agent: exiting: sent %llu acked %llu pending %zu%s\n",
+               "vigil-agent: exiting: enqueued %llu sent %llu acked %llu "
+               "pending %zu%s\n",
+               static_cast<unsigned long long>(s.batches_enqueued),
                static_cast<unsigned long long>(s.batches_sent),
                static_cast<unsigned long long>(s.batches_acked),
                s.pending_batches, flushed ? "" : " (not all delivered)");

@@ -93,6 +93,18 @@ StreamClient::StreamClient(StreamClientOptions options,
       queue_(std::move(queue)),
       backoff_(options_.initial_backoff_seconds) {
   dropped_before_start_ = queue_->dropped();
+  // Batches an earlier process left in a spool keep their meaning: take
+  // over their dictionary (same ids) and continue after their seqs.
+  for (v1::SeriesDef& def : queue_->LeftSeries()) {
+    SeriesKey key{def.metric(), {}};
+    for (const v1::Label& l : def.labels()) {
+      key.labels.emplace_back(l.name(), l.value());
+    }
+    dictionary_bytes_ += def.ByteSizeLong() + 6;
+    series_ids_.emplace(std::move(key), def.id());
+    dictionary_.push_back(std::move(def));
+  }
+  next_seq_ = queue_->newest_seq() + 1;
   uint64_t seed = options_.seed;
   if (seed == 0) {
     std::random_device rd;
@@ -124,6 +136,7 @@ absl::StatusOr<uint32_t> StreamClient::RegisterSeries(SeriesKey key) {
         absl::StrCat("series dictionary full (", dictionary_.size(),
                      " series); cannot add ", key.ToString()));
   }
+  if (absl::Status kept = queue_->KeepSeries(def); !kept.ok()) return kept;
   dictionary_bytes_ += bytes;
   series_ids_.emplace(std::move(key), def.id());
   dictionary_.push_back(std::move(def));

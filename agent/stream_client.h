@@ -96,9 +96,11 @@ struct StreamClientStats {
 class StreamClient {
  public:
   // A stopped client; kInvalidArgument if server or node is empty, security
-  // is missing or a bound is zero. `queue` defaults to a MemoryBatchQueue of
+  // is missing or a bound is zero. A queue holding an earlier process's
+  // batches (BatchQueue::LeftSeries) hands over its dictionary, and seqs
+  // continue after its newest batch. `queue` defaults to a MemoryBatchQueue of
   // max_pending_bytes; what it has dropped() already (batches a previous
-  // agent process left in a spool) is reported as
+  // agent process left in a spool that could not be resent) is reported as
   // Hello.batches_dropped_earlier, later drops as Hello.batches_dropped.
   static absl::StatusOr<std::unique_ptr<StreamClient>> Create(
       StreamClientOptions options, std::unique_ptr<BatchQueue> queue = nullptr);
@@ -110,7 +112,8 @@ class StreamClient {
 
   // The dictionary id of `key` (normalized first), adding it when new.
   // kInvalidArgument for a malformed key, kResourceExhausted when the
-  // dictionary would exceed max_dictionary_bytes.
+  // dictionary would exceed max_dictionary_bytes, the queue's error when it
+  // cannot keep the entry (BatchQueue::KeepSeries).
   absl::StatusOr<uint32_t> RegisterSeries(SeriesKey key);
 
   // Queues `frames` (their series_ids from RegisterSeries) as one or more

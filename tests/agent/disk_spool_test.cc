@@ -259,7 +259,9 @@ uint64_t DroppedAfterReopen(
   EXPECT_EQ(fs::file_size(segments[0]), 10 * record_bytes);
   if (damage) damage(segments[0], record_bytes);
   std::unique_ptr<DiskBatchQueue> q = OpenOrDie(dir.path(), 1 << 20);
-  EXPECT_EQ(q->size(), 0u);  // an earlier process's batches are not replayed
+  // No dictionary was kept, so the batches' series are unknown: dropped.
+  EXPECT_EQ(q->size(), 0u);
+  EXPECT_TRUE(q->LeftSeries().empty());
   EXPECT_EQ(q->NextAfter(0), nullptr);
   EXPECT_TRUE(dir.Segments().empty());
   // The reopened spool works from seq 1 again, as a new agent process does.
@@ -268,7 +270,7 @@ uint64_t DroppedAfterReopen(
   return q->dropped();
 }
 
-TEST(DiskSpoolTest, ReopenDiscardsAndCountsBatchesOfAnEarlierProcess) {
+TEST(DiskSpoolTest, ReopenDropsBatchesNamingSeriesTheDictionaryLacks) {
   SpoolDir dir;
   EXPECT_EQ(DroppedAfterReopen(dir, nullptr), 10u);
 }
@@ -293,6 +295,76 @@ TEST(DiskSpoolTest, ReopenStopsAtACorruptRecord) {
                   f.put('\x7f');
                 }),
             6u);
+}
+
+// The dictionary entry of series id `id`.
+v1::SeriesDef Def(uint32_t id) {
+  v1::SeriesDef def;
+  def.set_id(id);
+  def.set_metric("gpu_power_watts");
+  v1::Label* label = def.add_labels();
+  label->set_name("gpu");
+  label->set_value(std::to_string(id));
+  return def;
+}
+
+TEST(DiskSpoolTest, ReopenResendsBatchesWithTheirDictionary) {
+  SpoolDir dir;
+  {
+    std::unique_ptr<DiskBatchQueue> q = OpenOrDie(dir.path(), 1 << 20);
+    ASSERT_TRUE(q->KeepSeries(Def(0)).ok());
+    ASSERT_TRUE(q->KeepSeries(Def(1)).ok());
+    EXPECT_EQ(q->KeepSeries(Def(5)).code(), absl::StatusCode::kInvalidArgument);
+    for (uint64_t s = 1; s <= 10; ++s) {
+      ASSERT_TRUE(q->Push(MakeBatch(s, 2)).ok());
+    }
+    q->RemoveUpTo(3);  // acknowledged before the process went away
+  }
+  {
+    std::unique_ptr<DiskBatchQueue> q = OpenOrDie(dir.path(), 1 << 20);
+    EXPECT_EQ(q->size(), 7u);
+    EXPECT_EQ(q->dropped(), 0u);
+    EXPECT_EQ(q->newest_seq(), 10u);
+    ASSERT_EQ(q->LeftSeries().size(), 2u);
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+        q->LeftSeries()[1], Def(1)));
+    for (uint64_t s = 4; s <= 10; ++s) {
+      std::shared_ptr<const v1::FrameBatch> b = q->NextAfter(s - 1);
+      ASSERT_NE(b, nullptr);
+      EXPECT_TRUE(SameBatch(*b, *MakeBatch(s, 2))) << s;
+    }
+    // The new process goes on: the next id and seq follow the old ones.
+    ASSERT_TRUE(q->KeepSeries(Def(2)).ok());
+    ASSERT_TRUE(q->Push(MakeBatch(11, 3)).ok());
+    EXPECT_EQ(q->RemoveUpTo(11), 8u);
+  }
+  {
+    // Everything acknowledged: a later process starts from nothing...
+    std::unique_ptr<DiskBatchQueue> q = OpenOrDie(dir.path(), 1 << 20);
+    EXPECT_EQ(q->size(), 0u);
+    EXPECT_TRUE(q->LeftSeries().empty());
+    EXPECT_TRUE(q->KeepSeries(Def(0)).ok());
+    // ...at seq 1, which the old watermark (11) must not swallow.
+    ASSERT_TRUE(q->Push(MakeBatch(1)).ok());
+  }
+  std::unique_ptr<DiskBatchQueue> q = OpenOrDie(dir.path(), 1 << 20);
+  EXPECT_EQ(q->size(), 1u);
+}
+
+TEST(DiskSpoolTest, ReopenKeepsWhatPrecedesATornTail) {
+  SpoolDir dir;
+  {
+    std::unique_ptr<DiskBatchQueue> q = OpenOrDie(dir.path(), 1 << 20);
+    ASSERT_TRUE(q->KeepSeries(Def(0)).ok());
+    for (uint64_t s = 1; s <= 10; ++s) ASSERT_TRUE(q->Push(MakeBatch(s)).ok());
+  }
+  size_t record_bytes = 8 + MakeBatch(1)->ByteSizeLong();
+  fs::resize_file(dir.Segments()[0], 9 * record_bytes + 5);
+  std::unique_ptr<DiskBatchQueue> q = OpenOrDie(dir.path(), 1 << 20);
+  EXPECT_EQ(q->size(), 9u);
+  EXPECT_EQ(q->newest_seq(), 9u);
+  ASSERT_TRUE(q->Push(MakeBatch(10)).ok());  // the seq the torn batch had
+  EXPECT_EQ(q->NextAfter(9)->seq(), 10u);
 }
 
 TEST(DiskSpoolTest, BatchCorruptedOnDiskIsSkippedAndCounted) {
@@ -362,6 +434,65 @@ TEST(DiskSpoolTest, StreamClientOutageLosesNothing) {
   EXPECT_EQ(s.batches_dropped, 0u);
   EXPECT_EQ(s.pending_batches, 0u);
   EXPECT_TRUE(dir.Segments().empty());
+}
+
+// The agent restarts while the server is away: the new process resends
+// what the old one queued, with the old series ids, then its own batches.
+TEST(DiskSpoolTest, AgentRestartDuringAnOutageLosesNothing) {
+  SpoolDir dir;
+  StreamClientOptions options;
+  options.node = "n004";
+  options.security = testing::Plaintext();
+  options.initial_backoff_seconds = 0.01;
+  options.max_backoff_seconds = 0.05;
+  auto frame = [](int i, const std::vector<uint32_t>& ids) {
+    v1::Frame f;
+    f.set_ts(1764000000.0 + i);
+    for (uint32_t id : ids) {
+      f.add_series_ids(id);
+      f.add_values(i + id);
+    }
+    return f;
+  };
+  std::vector<uint32_t> ids;
+  {
+    options.server = "127.0.0.1:1";  // never started: the server is away
+    absl::StatusOr<std::unique_ptr<StreamClient>> client =
+        StreamClient::Create(options, OpenOrDie(dir.path(), 1 << 20));
+    ASSERT_TRUE(client.ok()) << client.status();
+    for (int gpu = 0; gpu < 8; ++gpu) {
+      ids.push_back(*(*client)->RegisterSeries(
+          {"gpu_power_watts", {{"gpu", std::to_string(gpu)}}}));
+    }
+    for (int i = 1; i <= 50; ++i) {
+      ASSERT_EQ(*(*client)->Enqueue({frame(i, ids)}), static_cast<uint64_t>(i));
+    }
+  }
+  FakeIngestServer server;
+  options.server = server.address();
+  absl::StatusOr<std::unique_ptr<StreamClient>> client =
+      StreamClient::Create(options, OpenOrDie(dir.path(), 1 << 20));
+  ASSERT_TRUE(client.ok()) << client.status();
+  // Same keys, same ids; a new series gets the next one.
+  for (int gpu = 0; gpu < 8; ++gpu) {
+    EXPECT_EQ(*(*client)->RegisterSeries(
+                  {"gpu_power_watts", {{"gpu", std::to_string(gpu)}}}),
+              ids[gpu]);
+  }
+  uint32_t temp = *(*client)->RegisterSeries(
+      {"gpu_temperature_celsius", {{"gpu", "0"}}});
+  EXPECT_EQ(temp, 8u);
+  (*client)->Start();
+  for (int i = 51; i <= 60; ++i) {
+    ASSERT_EQ(*(*client)->Enqueue({frame(i, {ids[0], temp})}),
+              static_cast<uint64_t>(i));
+  }
+  ASSERT_TRUE((*client)->WaitForAcked(60, RealClock()->Now() + 20));
+  std::vector<uint64_t> want;
+  for (uint64_t s = 1; s <= 60; ++s) want.push_back(s);
+  EXPECT_EQ(server.accepted(), want);
+  EXPECT_EQ(server.accepted_samples(), 50u * 8 + 10u * 2);
+  EXPECT_EQ((*client)->stats().batches_dropped, 0u);
 }
 
 }  // namespace
