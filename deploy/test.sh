@@ -2,7 +2,8 @@
 # Installs what is missing, builds, and runs every test in a normal build
 # (a real single-node Slurm is started by the tests that need it), then the
 # hand-written memory-sensitive code (common, storage, detector, rules,
-# replay, escalation, notify) again under ASan+UBSan.
+# replay, escalation, notify, the agent's collectors and training endpoint)
+# again under ASan+UBSan.
 # Usage: deploy/test.sh [--no-sanitize | --full-sanitize]
 #   --full-sanitize  also builds the gRPC/HTTP server, agent and end-to-end
 #                    tests under ASan+UBSan (about twice the CI time)
@@ -25,7 +26,8 @@ if [ $sanitize != none ]; then
   echo "== build (ASan+UBSan, $sanitize)"
   targets=()
   [ $sanitize = some ] && targets=(common_test storage_test detector_test rules_test replay_test
-                                    escalation_test notify_test)
+                                    escalation_test notify_test agent_host_test
+                                    agent_training_test agent_nvml_test)
   # -O1: sanitizer builds compile faster; ASan and UBSan checks do not need -O2.
   cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DVIGIL_SANITIZE=ON -DVIGIL_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" >/dev/null
