@@ -144,7 +144,7 @@ MSG
 while true; do
   sleep 10
   total=$(curl -sf "http://127.0.0.1:$http_port/metrics" | awk '/^vigil_ingest_samples_total /{print $2}')
-  pages=$(wc -l <"$data/pages.jsonl" 2>/dev/null || echo 0)
+  pages=$(cat "$data/pages.jsonl" 2>/dev/null | wc -l)
   echo "$(date +%T) samples ingested: ${total:-?}; pages delivered: $pages"
   curl -sf "http://127.0.0.1:$http_port/api/v1/incidents?state=all" | python3 -c '
 import json, sys
