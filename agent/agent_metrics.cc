@@ -65,7 +65,7 @@ ProcessUsage ReadProcessUsage() {
 }
 
 std::string RenderAgentMetrics(const StreamClientStats& s,
-                               const CollectRunnerStats* runner,
+                               const CollectRunnerStats& runner,
                                const ProcessUsage& usage) {
   std::string out;
   Family(&out, "vigil_agent_build_info", "gauge", "Agent version.");
@@ -100,50 +100,48 @@ std::string RenderAgentMetrics(const StreamClientStats& s,
   Single(&out, "vigil_agent_samples_dropped_by_server_total", "counter",
          "Samples the server dropped from accepted batches (late, duplicate).",
          s.samples_dropped_by_server);
-  if (runner != nullptr) {
-    Single(&out, "vigil_agent_ticks_total", "counter", "Collection ticks.",
-           runner->ticks);
-    Single(&out, "vigil_agent_event_frames_total", "counter",
-           "Frames sent at once for events (XID, ECC) between ticks.",
-           runner->events);
-    Single(&out, "vigil_agent_series", "gauge", "Distinct series sent.",
-           runner->series);
-    Single(&out, "vigil_agent_samples_refused_total", "counter",
-           "Samples of series the agent could not register (bad names).",
-           runner->samples_refused);
-    Family(&out, "vigil_agent_collector_up", "gauge",
-           "1 if the collector started and its last reading succeeded.");
-    for (const CollectorStats& c : runner->collectors) {
-      Value(&out, WithCollector("vigil_agent_collector_up", c.name),
-            c.running && c.last_error.empty() ? 1 : 0);
-    }
-    Family(&out, "vigil_agent_collector_errors_total", "counter",
-           "Readings that failed in whole or in part.");
-    for (const CollectorStats& c : runner->collectors) {
-      Value(&out, WithCollector("vigil_agent_collector_errors_total", c.name),
-            c.errors);
-    }
-    Family(&out, "vigil_agent_collector_samples_total", "counter",
-           "Samples the collector produced.");
-    for (const CollectorStats& c : runner->collectors) {
-      Value(&out, WithCollector("vigil_agent_collector_samples_total", c.name),
-            c.samples);
-    }
-    Family(&out, "vigil_agent_collector_duration_seconds", "gauge",
-           "Wall time of the collector's latest reading.");
-    for (const CollectorStats& c : runner->collectors) {
-      Value(&out,
-            WithCollector("vigil_agent_collector_duration_seconds", c.name),
-            c.last_duration_seconds);
-    }
-    for (const CollectorStats& c : runner->collectors) {
-      for (const auto& [name, value] : c.counters) {
-        std::string metric = absl::StrCat("vigil_agent_", c.name, "_", name);
-        absl::StrAppend(&out, "# TYPE ", metric, " ",
-                        absl::EndsWith(name, "_total") ? "counter" : "gauge",
-                        "\n");
-        Value(&out, metric, value);
-      }
+  Single(&out, "vigil_agent_ticks_total", "counter", "Collection ticks.",
+         runner.ticks);
+  Single(&out, "vigil_agent_event_frames_total", "counter",
+         "Frames sent at once for events (XID, ECC) between ticks.",
+         runner.events);
+  Single(&out, "vigil_agent_series", "gauge", "Distinct series sent.",
+         runner.series);
+  Single(&out, "vigil_agent_samples_refused_total", "counter",
+         "Samples of series the agent could not register (bad names).",
+         runner.samples_refused);
+  Family(&out, "vigil_agent_collector_up", "gauge",
+         "1 if the collector started and its last reading succeeded.");
+  for (const CollectorStats& c : runner.collectors) {
+    Value(&out, WithCollector("vigil_agent_collector_up", c.name),
+          c.running && c.last_error.empty() ? 1 : 0);
+  }
+  Family(&out, "vigil_agent_collector_errors_total", "counter",
+         "Readings that failed in whole or in part.");
+  for (const CollectorStats& c : runner.collectors) {
+    Value(&out, WithCollector("vigil_agent_collector_errors_total", c.name),
+          c.errors);
+  }
+  Family(&out, "vigil_agent_collector_samples_total", "counter",
+         "Samples the collector produced.");
+  for (const CollectorStats& c : runner.collectors) {
+    Value(&out, WithCollector("vigil_agent_collector_samples_total", c.name),
+          c.samples);
+  }
+  Family(&out, "vigil_agent_collector_duration_seconds", "gauge",
+         "Wall time of the collector's latest reading.");
+  for (const CollectorStats& c : runner.collectors) {
+    Value(&out,
+          WithCollector("vigil_agent_collector_duration_seconds", c.name),
+          c.last_duration_seconds);
+  }
+  for (const CollectorStats& c : runner.collectors) {
+    for (const auto& [name, value] : c.counters) {
+      std::string metric = absl::StrCat("vigil_agent_", c.name, "_", name);
+      absl::StrAppend(&out, "# TYPE ", metric, " ",
+                      absl::EndsWith(name, "_total") ? "counter" : "gauge",
+                      "\n");
+      Value(&out, metric, value);
     }
   }
   Single(&out, "process_cpu_seconds_total", "counter",

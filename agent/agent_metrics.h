@@ -25,9 +25,9 @@ struct ProcessUsage {
 // fields it cannot read stay 0.
 ProcessUsage ReadProcessUsage();
 
-// Renders the agent's metrics. `runner` may be null (simulated node).
+// Renders the agent's metrics.
 std::string RenderAgentMetrics(const StreamClientStats& client,
-                               const CollectRunnerStats* runner,
+                               const CollectRunnerStats& runner,
                                const ProcessUsage& usage);
 
 // A minimal HTTP/1.1 server answering GET /metrics with `render()`, one

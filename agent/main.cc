@@ -46,10 +46,10 @@
 #include "agent/collect_runner.h"
 #include "agent/collectors.h"
 #include "agent/disk_spool.h"
-#include "agent/runner.h"
 #include "agent/scenario_spec.h"
 #include "agent/scenarios.h"
 #include "agent/simulator.h"
+#include "agent/simulator_collector.h"
 #include "agent/stream_client.h"
 #include "agent/transport_security.h"
 #include "nlohmann/json.hpp"
@@ -409,6 +409,7 @@ int main(int argc, char** argv) {
         MakeSimulator(*cl, config, &scenario);
     if (!made.ok()) return Fail(std::string(made.status().message()));
     sim = std::move(*made);
+    owned.push_back(std::make_unique<vigil::agent::SimulatorCollector>(sim.get()));
   } else {
     absl::StatusOr<std::vector<std::unique_ptr<vigil::agent::Collector>>>
         made = vigil::agent::MakeCollectors(config, clock);
@@ -447,36 +448,23 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> client =
       MakeClient(config);
   if (!client.ok()) return Fail(std::string(client.status().message()));
-  if (sim == nullptr) collect = make_collect_runner(client->get());
-  std::unique_ptr<vigil::agent::NodeRunner> node_runner;
-  if (sim != nullptr) {
-    vigil::agent::NodeRunnerOptions options;
-    options.interval_seconds = config.interval_seconds;
-    options.duration_seconds = duration;
-    node_runner = std::make_unique<vigil::agent::NodeRunner>(
-        options, sim.get(), client->get(), clock);
-  }
+  collect = make_collect_runner(client->get());
 
   std::unique_ptr<vigil::agent::MetricsEndpoint> metrics;
   if (!config.metrics_listen.empty()) {
     vigil::agent::StreamClient* c = client->get();
     vigil::agent::CollectRunner* r = collect.get();
     metrics = std::make_unique<vigil::agent::MetricsEndpoint>([c, r] {
-      vigil::agent::CollectRunnerStats runner_stats;
-      if (r != nullptr) runner_stats = r->stats();
+      vigil::agent::CollectRunnerStats runner_stats = r->stats();
       return vigil::agent::RenderAgentMetrics(
-          c->stats(), r != nullptr ? &runner_stats : nullptr,
-          vigil::agent::ReadProcessUsage());
+          c->stats(), runner_stats, vigil::agent::ReadProcessUsage());
     });
     absl::StatusOr<int> port = metrics->Start(config.metrics_listen);
     if (!port.ok()) return Fail(std::string(port.status().message()));
     std::fprintf(stderr, "vigil-agent: /metrics on port %d\n", *port);
   }
 
-  HandleSignals([&] {
-    if (collect != nullptr) collect->Stop();
-    if (node_runner != nullptr) node_runner->Stop();
-  });
+  HandleSignals([&] { collect->Stop(); });
   (*client)->Start();
   std::fprintf(stderr,
                "vigil-agent: node %s (instance %s) streaming %s to %s every "
@@ -484,13 +472,11 @@ int main(int argc, char** argv) {
                config.node.c_str(), (*client)->agent_instance().c_str(),
                sim != nullptr ? "a simulated node" : "this node",
                config.server.c_str(), config.interval_seconds);
-  absl::Status status =
-      collect != nullptr ? collect->Run() : node_runner->Run();
+  absl::Status status = collect->Run();
   if (!status.ok()) {
     std::fprintf(stderr, "vigil-agent: %s\n", status.ToString().c_str());
   }
-  uint64_t last_seq =
-      collect != nullptr ? collect->last_seq() : node_runner->last_seq();
+  uint64_t last_seq = collect->last_seq();
   bool flushed =
       (*client)->WaitForAcked(last_seq, clock->Now() + kFlushSeconds);
   (*client)->Stop();

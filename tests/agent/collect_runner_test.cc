@@ -11,6 +11,7 @@
 
 #include "agent/agent_metrics.h"
 #include "agent/batch_queue.h"
+#include "agent/simulator_collector.h"
 #include "agent/transport_security.h"
 #include "gtest/gtest.h"
 #include "tests/agent/fake_ingest_server.h"
@@ -192,7 +193,7 @@ TEST_F(CollectRunnerTest, PartialFailureStillSendsWhatWasReadAndIsCounted) {
   EXPECT_EQ(s.last_error, "gpu 1: GPU is lost");
   CollectRunnerStats stats = runner.stats();
   std::string metrics =
-      RenderAgentMetrics(client_->stats(), &stats, ReadProcessUsage());
+      RenderAgentMetrics(client_->stats(), stats, ReadProcessUsage());
   EXPECT_NE(metrics.find("vigil_agent_collector_up{collector=\"nvml\"} 0"),
             std::string::npos)
       << metrics;
@@ -257,6 +258,31 @@ TEST_F(CollectRunnerTest, MalformedSeriesIsRefusedOnceAndTheRestIsSent) {
   EXPECT_EQ(frames[0].values_size(), 1);
   EXPECT_DOUBLE_EQ(frames[0].values(0), 5);
   EXPECT_EQ(runner.stats().samples_refused, 2u);
+}
+
+TEST_F(CollectRunnerTest, SimulatedNodeRunsThroughTheSameRunner) {
+  SimulatorOptions sim_options;
+  sim_options.node = "n001";
+  sim_options.job = "llama-70b";
+  absl::StatusOr<Simulator> sim = Simulator::Create(sim_options, nullptr);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  SimulatorCollector collector(&*sim);
+  CollectRunnerOptions options;
+  options.interval_seconds = 1;
+  options.duration_seconds = 2;
+  options.status_every_seconds = 0;
+  CollectRunner runner(options, {&collector}, client_.get(), &clock_);
+  std::thread run([&] { EXPECT_TRUE(runner.Run().ok()); });
+  ASSERT_TRUE(TickTo(runner, 1000, 1));
+  ASSERT_TRUE(TickTo(runner, 1001, 2));
+  clock_.Advance(5);
+  run.join();
+  std::vector<v1::Frame> frames = queue_->frames();
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[1].job(), "llama-70b");
+  EXPECT_EQ(static_cast<size_t>(frames[1].values_size()), sim->series().size());
+  EXPECT_EQ(frames[1].series_ids(0), Id(sim->series()[0]));
+  EXPECT_EQ(runner.stats().series, sim->series().size());
 }
 
 }  // namespace
