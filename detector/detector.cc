@@ -72,6 +72,21 @@ bool Detector::HasSeries(uint32_t id) const {
   return id < impl_->dense_of_id.size() && impl_->dense_of_id[id] != kNone;
 }
 
+std::optional<SeriesBaseline> Detector::Baseline(uint32_t id) const {
+  if (!HasSeries(id)) return std::nullopt;
+  const SeriesState& s = impl_->series[impl_->dense_of_id[id]];
+  SeriesBaseline b;
+  b.learned = s.learned && std::isfinite(s.level);
+  b.k_sigma = impl_->opt.baseline.k_sigma;
+  b.rate = s.traits.counter;
+  b.evaluated = s.evaluated;
+  if (b.learned) {
+    b.mean = s.level;
+    b.sigma = impl_->Sigma(s);
+  }
+  return b;
+}
+
 absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
   if (id >= kMaxSeriesId) {
     return absl::InvalidArgumentError(

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +28,23 @@ struct DetectorStats {
   int64_t series = 0;
   int64_t nodes = 0;
   int64_t jobs = 0;
+};
+
+// The dynamic baseline of one series as the k-sigma rule sees it now.
+struct SeriesBaseline {
+  // False while the series is still learning (or has no baseline
+  // detector): mean and sigma are then not meaningful.
+  bool learned = false;
+  // Level (median of the learning window, then slowly adapted; a fast
+  // EWMA for trending series such as loss) and robust sigma with floors.
+  double mean = 0;
+  double sigma = 0;
+  // The rule's multiple of sigma (DetectorOptions::baseline.k_sigma).
+  double k_sigma = 3;
+  // Counters: the baseline is of the rate per second, not the raw value.
+  bool rate = false;
+  // Samples the series has had evaluated.
+  int64_t evaluated = 0;
 };
 
 // All detectors over all jobs. Series state lives in vectors indexed by a
@@ -58,6 +76,10 @@ class Detector {
   // Whether `id` has been registered (the server registers ids it has not
   // yet told the detector about, from its store's id -> key map).
   bool HasSeries(uint32_t id) const;
+
+  // The current baseline of series `id`; nullopt when `id` is not
+  // registered.
+  std::optional<SeriesBaseline> Baseline(uint32_t id) const;
 
   // Consumes one frame (one node tick) and appends the anomalies it raised
   // or cleared to `out`. Samples whose id is unregistered are counted in

@@ -5,6 +5,7 @@
 #define VIGIL_RULES_PIPELINE_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,6 +39,10 @@ class DetectionPipeline {
   // Every incident so far, open and resolved.
   std::vector<Incident> Incidents() const { return engine_.Incidents(); }
   DetectorStats detector_stats() const { return detector_.stats(); }
+  // The current baseline of series `id` (Detector::Baseline).
+  std::optional<SeriesBaseline> Baseline(uint32_t id) const {
+    return detector_.Baseline(id);
+  }
 
  private:
   // Feeds pending anomalies to the engine and resolves what fell due.

@@ -40,7 +40,7 @@ namespace vigil {
 //                "block_seconds": 7200, "max_series": 10000000,
 //                "frame_log_checkpoint_mb": 64},
 //    "ingest": {"max_future_skew_seconds": 300, "max_message_mb": 4},
-//    "http": {"max_points": 1000000, "threads": 8},
+//    "http": {"max_points": 1000000, "threads": 32},
 //    "detection": {"enabled": true, "rules_file": "...",
 //                  "learn_steps": 1000, "k_sigma": 3},
 //    "auth": {"anonymous_read": true,
@@ -189,7 +189,7 @@ struct ServerOptions {
   // a step).
   uint64_t max_query_points = 1'000'000;
   // Threads serving HTTP requests.
-  int http_threads = 8;
+  int http_threads = 32;
 
   // Run detection on every accepted frame. When false, stored incidents
   // are still served but no new ones are raised.

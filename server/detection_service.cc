@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,16 @@ bool Matches(const Json& s, const IncidentFilter& f) {
   if (!f.node.empty() &&
       (!s["node"].is_string() || s["node"].get<std::string>() != f.node))
     return false;
+  if (!f.text.empty()) {
+    const std::string needle = absl::AsciiStrToLower(f.text);
+    for (const char* field : {"id", "kind", "job", "node", "summary", "hint"}) {
+      auto it = s.find(field);
+      if (it != s.end() && it->is_string() &&
+          absl::StrContains(absl::AsciiStrToLower(it->get<std::string>()), needle))
+        return true;
+    }
+    return false;
+  }
   return true;
 }
 
@@ -283,6 +294,19 @@ absl::StatusOr<Json> DetectionService::GetIncident(std::string_view id) const {
   }
   incident["timeline"] = std::move(timeline);
   return incident;
+}
+
+absl::StatusOr<SeriesBaseline> DetectionService::Baseline(SeriesId id) const {
+  std::optional<SeriesBaseline> baseline;
+  {
+    std::lock_guard<std::mutex> l(pipeline_mu_);
+    baseline = pipeline_.Baseline(id);
+  }
+  if (!baseline)
+    return absl::NotFoundError(absl::StrCat(
+        "series ", id, " has no baseline in this server process (not seen "
+        "by detection since it started)"));
+  return *baseline;
 }
 
 DetectionCounters DetectionService::counters() const {

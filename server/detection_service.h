@@ -77,6 +77,9 @@ struct IncidentFilter {
   // Exact job / node; empty: any.
   std::string job;
   std::string node;
+  // Case-insensitive substring of the id, kind, job, node, summary or
+  // hint; empty: any.
+  std::string text;
   // At most this many, newest first.
   size_t limit = 100;
 };
@@ -131,6 +134,11 @@ class DetectionService : public FrameObserver {
   // stored events, oldest first, as {"type", "ts", "severity", "state"}.
   // kNotFound for an unknown id.
   absl::StatusOr<nlohmann::json> GetIncident(std::string_view id) const;
+
+  // The detector's current baseline of store series `id`; kNotFound when
+  // the detector has not seen it (detection off, or no frame carried it
+  // since this process started).
+  absl::StatusOr<SeriesBaseline> Baseline(SeriesId id) const;
 
   // Current counters.
   DetectionCounters counters() const;

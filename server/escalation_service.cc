@@ -222,6 +222,13 @@ void EscalationService::OnIncidentUpdate(const IncidentUpdate& update) {
       update.type == UpdateType::kSeverityRaised)
     StartActions(update.incident);
   dirty_ = true;
+  if (options_.changes != nullptr)
+    options_.changes->Publish({{"topic", "incident"},
+                               {"id", update.incident.id},
+                               {"type", std::string(UpdateTypeName(update.type))},
+                               {"ts", update.ts},
+                               {"severity", std::string(SeverityName(update.incident.severity))},
+                               {"state", std::string(IncidentStateName(update.incident.state))}});
 }
 
 void EscalationService::Handle(const EscalationOutput& out) {
@@ -495,6 +502,11 @@ void EscalationService::OnDelivery(const DeliveryStatus& status) {
 void EscalationService::AddTimeline(std::string_view id, Json event) {
   const double ts = event.value("ts", options_.clock->Now());
   (void)options_.store->AppendEvent(Event{TimelineStream(id), ts, 0, event.dump()});
+  if (options_.changes != nullptr)
+    options_.changes->Publish({{"topic", "incident"},
+                               {"id", std::string(id)},
+                               {"type", event.value("type", "")},
+                               {"ts", ts}});
 }
 
 void EscalationService::AddAudit(const Identity& who, std::string_view action,
@@ -509,6 +521,11 @@ void EscalationService::AddAudit(const Identity& who, std::string_view action,
                 {"result", StatusJson(result)}};
   (void)options_.store->AppendEvent(
       Event{kAuditStream, entry["ts"].get<double>(), 0, entry.dump()});
+  if (options_.changes != nullptr)
+    options_.changes->Publish({{"topic", "audit"},
+                               {"action", std::string(action)},
+                               {"target", std::string(target)},
+                               {"ts", entry["ts"]}});
 }
 
 absl::StatusOr<Json> EscalationService::Operate(std::string_view verb,

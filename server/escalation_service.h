@@ -37,6 +37,7 @@
 #include "rules/incident.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/event_hub.h"
 #include "server/incident_listener.h"
 #include "server/outbox.h"
 #include "storage/series_store.h"
@@ -56,6 +57,9 @@ struct EscalationServiceOptions {
   ActuatorOptions actuator;
   // Seconds between ticks (re-pages, silences, state snapshots).
   double tick_seconds = 1;
+  // Where every incident change (detection update or timeline event) and
+  // silence change is announced to live pages; null: nowhere.
+  EventHub* changes = nullptr;
 };
 
 // Thread-safe. OnIncidentUpdate is called by DetectionService (under its

@@ -90,6 +90,7 @@ std::string ParseIncidentFilter(const httplib::Request& req,
   }
   filter->job = req.get_param_value("job");
   filter->node = req.get_param_value("node");
+  filter->text = req.get_param_value("q");
   filter->limit = kDefaultIncidents;
   if (req.has_param("limit")) {
     std::string text = req.get_param_value("limit");
@@ -99,6 +100,33 @@ std::string ParseIncidentFilter(const httplib::Request& req,
                           "' is not an integer in [1, ", kMaxIncidents, "]");
   }
   return "";
+}
+
+// Names the store series of evidence that has a metric, node and GPU (or
+// NIC/disk) but no series id: the GPU-wide detectors (throttle, peer power,
+// clocks, NVLink) judge a GPU rather than one series, yet the page wants
+// the series behind them to chart.
+void FillEvidenceSeries(const SeriesStore& store, Json* incident) {
+  auto text = [](const Json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  for (Json& e : (*incident)["evidence"]) {
+    if (!e.is_object() || (e.contains("series") && e["series"].is_number())) continue;
+    SeriesFilter filter{text(e, "job"), text(e, "node"), text(e, "metric")};
+    if (filter.job.empty()) filter.job = text(*incident, "job");
+    if (filter.metric.empty() || filter.node.empty()) continue;
+    const std::string gpu =
+        e.contains("gpu") && e["gpu"].is_number_integer()
+            ? std::to_string(e["gpu"].get<int>()) : std::string();
+    const std::string dev = text(e, "dev");
+    for (const SeriesInfo& info : store.ListSeries(filter)) {
+      if (info.key.LabelValue("gpu") == gpu && info.key.LabelValue("dev") == dev) {
+        e["series"] = info.id;
+        break;
+      }
+    }
+  }
 }
 
 // The Prometheus text exposition of one metric family.
@@ -116,7 +144,9 @@ void AppendSample(std::string* out, std::string_view name_and_labels, T v) {
 }  // namespace
 
 HttpApi::HttpApi(const HttpApiOptions& options)
-    : options_(options), server_(std::make_unique<httplib::Server>()) {
+    : options_(options),
+      authorizer_(options.auth, options.clock, options.sessions),
+      server_(std::make_unique<httplib::Server>()) {
   int threads = options_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   InstallHandlers();
@@ -156,18 +186,20 @@ void HttpApi::InstallHandlers() {
   const HttpApiOptions& o = options_;
   // Reads under /api/ need a viewer token unless anonymous reads are on;
   // mutating handlers check their own role.
-  server_->set_pre_routing_handler([&o](const httplib::Request& req,
-                                        httplib::Response& res) {
-    if (o.auth == nullptr || req.method != "GET" ||
-        req.path.rfind("/api/", 0) != 0)
+  // The session endpoints and the Twilio callback check for themselves.
+  server_->set_pre_routing_handler([this](const httplib::Request& req,
+                                          httplib::Response& res) {
+    if (options_.auth == nullptr || req.method != "GET" ||
+        req.path.rfind("/api/", 0) != 0 || req.path == "/api/v1/session")
       return httplib::Server::HandlerResponse::Unhandled;
-    absl::StatusOr<Identity> who =
-        o.auth->Authorize(req.get_header_value("Authorization"), Role::kViewer);
+    absl::StatusOr<RequestIdentity> who =
+        authorizer_.Authorize(CredentialsOf(req), Role::kViewer);
     if (who.ok()) return httplib::Server::HandlerResponse::Unhandled;
     ReplyStatus(res, who.status());
     return httplib::Server::HandlerResponse::Handled;
   });
   if (o.escalation != nullptr) InstallEscalationHandlers();
+  InstallUiHandlers();
   if (!o.web_dir.empty() && std::filesystem::is_directory(o.web_dir)) {
     server_->set_mount_point("/", o.web_dir);
   }
@@ -316,6 +348,7 @@ void HttpApi::InstallHandlers() {
         o.detection->GetIncident(req.matches[1].str());
     if (!incident.ok())
       return ReplyError(res, 404, std::string(incident.status().message()));
+    FillEvidenceSeries(*o.store, &*incident);
     if (o.escalation != nullptr) {
       o.escalation->Decorate(&*incident);
       Json& timeline = (*incident)["timeline"];

@@ -5,10 +5,13 @@
 //   GET /api/v1/query?series=ID&from=&to=&step=
 //   GET /api/v1/incidents?state=firing|resolved|all&severity=P0,P1&job=
 //       &node=&limit=        incidents, newest first
-//   GET /api/v1/incidents/ID one incident with full evidence and timeline
+//   GET /api/v1/incidents/ID one incident with full evidence (the series
+//                            of GPU-wide evidence named) and timeline
 //   GET /                        files of the web dir (index.html)
 // and, with escalation, the operator API of server/http_escalation.cc
-// (acknowledge, silences, deliveries, actions, audit, on-call).
+// (acknowledge, silences, deliveries, actions, audit, on-call), and the
+// web UI's API of server/http_ui.cc (sessions, live events, baselines,
+// jobs, nodes).
 // Bad parameters get 400 with {"error": "..."} naming the parameter;
 // unknown ids get 404 with the same form.
 #ifndef VIGIL_SERVER_HTTP_API_H_
@@ -24,7 +27,10 @@
 #include "common/clock.h"
 #include "server/auth.h"
 #include "server/detection_service.h"
+#include "server/event_hub.h"
+#include "server/fleet_view.h"
 #include "server/ingest_metrics.h"
+#include "server/web_sessions.h"
 #include "storage/series_store.h"
 
 namespace httplib {
@@ -45,12 +51,20 @@ struct HttpApiOptions {
   EscalationService* escalation = nullptr;
   // Token checks; null: no checks (tests of the read API only).
   const Authenticator* auth = nullptr;
+  // Browser sessions of the web UI (signed in with a token of `auth`).
+  WebSessionOptions sessions;
+  // Incident changes for /api/v1/events; null: no live stream (404).
+  EventHub* changes = nullptr;
+  // Latest node and job state for /api/v1/jobs and /api/v1/nodes; null:
+  // those answer 404.
+  const FleetView* fleet = nullptr;
   // Directory whose files are served under / ; empty or missing: none.
   std::string web_dir;
   // Most points one query answer may hold; more gets 400 asking for a step.
   uint64_t max_points = 1'000'000;
-  // Threads serving requests.
-  int threads = 8;
+  // Threads serving requests. Each open /api/v1/events stream holds one;
+  // at most half of them stream, the rest keep answering.
+  int threads = 32;
 };
 
 // Serves the HTTP API on a background thread. Start/Stop are not
@@ -72,8 +86,12 @@ class HttpApi {
   void InstallHandlers();
   // The operator API (server/http_escalation.cc).
   void InstallEscalationHandlers();
+  // The web UI's API (server/http_ui.cc).
+  void InstallUiHandlers();
 
   const HttpApiOptions options_;
+  RequestAuthorizer authorizer_;
+  std::atomic<int> event_streams_{0};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<bool> listen_returned_{false};

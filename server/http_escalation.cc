@@ -57,18 +57,16 @@ size_t LimitParam(const httplib::Request& req, size_t fallback) {
 
 void HttpApi::InstallEscalationHandlers() {
   EscalationService& esc = *options_.escalation;
-  const Authenticator* auth = options_.auth;
+  RequestAuthorizer* authorizer = &authorizer_;
   // The identity of `req` with at least `role`; replies 401/403 otherwise.
-  auto authorize = [auth](const httplib::Request& req, httplib::Response& res,
-                          Role role) -> std::optional<Identity> {
-    if (auth == nullptr) return Identity{"local", Role::kAdmin};
-    absl::StatusOr<Identity> who =
-        auth->Authorize(req.get_header_value("Authorization"), role);
+  auto authorize = [authorizer](const httplib::Request& req, httplib::Response& res,
+                                Role role) -> std::optional<Identity> {
+    absl::StatusOr<RequestIdentity> who = authorizer->Authorize(CredentialsOf(req), role);
     if (!who.ok()) {
       ReplyStatus(res, who.status());
       return std::nullopt;
     }
-    return *who;
+    return who->who;
   };
   auto reply = [](httplib::Response& res, const absl::StatusOr<Json>& result,
                   int ok_status = 200) {

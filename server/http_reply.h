@@ -3,10 +3,12 @@
 #define VIGIL_SERVER_HTTP_REPLY_H_
 
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "server/web_sessions.h"
 
 namespace vigil {
 
@@ -35,6 +37,16 @@ inline int HttpStatusOf(const absl::Status& status) {
     case absl::StatusCode::kUnavailable: return 503;
     default: return 500;
   }
+}
+
+// The credentials `req` presents; views into `req`.
+inline RequestCredentials CredentialsOf(const httplib::Request& req) {
+  auto header = [&req](const char* name) -> std::string_view {
+    auto it = req.headers.find(name);
+    return it == req.headers.end() ? std::string_view() : std::string_view(it->second);
+  };
+  return RequestCredentials{req.method, header("Authorization"), header("Cookie"),
+                            header(kCsrfHeader)};
 }
 
 // Replies the error of a failed call with its HTTP status.

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
@@ -14,6 +15,8 @@
 #include "server/grpc_security.h"
 #include "escalation/escalation.h"
 #include "server/escalation_service.h"
+#include "server/event_hub.h"
+#include "server/fleet_view.h"
 #include "server/http_api.h"
 #include "server/ingest_service.h"
 #include "storage/rocksdb_store.h"
@@ -34,19 +37,17 @@ std::pair<std::string, int> SplitHostPort(const std::string& address) {
   return {address.substr(0, colon), port};
 }
 
-// Hands each frame to two observers in turn.
+// Hands each frame to several observers in turn.
 class TeeObserver : public FrameObserver {
  public:
-  TeeObserver(FrameObserver* first, FrameObserver* second)
-      : first_(first), second_(second) {}
+  explicit TeeObserver(std::vector<FrameObserver*> observers)
+      : observers_(std::move(observers)) {}
   void OnFrame(const FrameView& frame) override {
-    first_->OnFrame(frame);
-    second_->OnFrame(frame);
+    for (FrameObserver* observer : observers_) observer->OnFrame(frame);
   }
 
  private:
-  FrameObserver* const first_;
-  FrameObserver* const second_;
+  const std::vector<FrameObserver*> observers_;
 };
 
 // The secret in the file at `path`, without trailing whitespace.
@@ -143,6 +144,8 @@ absl::Status VigilServer::Start() {
     escalation_options.notifications.public_url =
         absl::StrCat("http://", options_.http_listen);
   escalation_options.actuator = options_.actuator;
+  auto changes = std::make_unique<EventHub>();
+  escalation_options.changes = changes.get();
   if (escalation_options.actuator.secret.empty() &&
       !options_.actuator.secret_file.empty()) {
     VIGIL_ASSIGN_OR_RETURN(escalation_options.actuator.secret,
@@ -152,15 +155,12 @@ absl::Status VigilServer::Start() {
   VIGIL_RETURN_IF_ERROR(escalation->Start());
   detection->set_listener(escalation.get());
   VIGIL_RETURN_IF_ERROR(detection->Start());
-  FrameObserver* observer = observer_;
-  std::unique_ptr<FrameObserver> tee;
-  if (options_.detection_enabled) {
-    observer = detection.get();
-    if (observer_ != nullptr) {
-      tee = std::make_unique<TeeObserver>(detection.get(), observer_);
-      observer = tee.get();
-    }
-  }
+  auto fleet = std::make_unique<FleetView>(store.get());
+  std::vector<FrameObserver*> observers = {fleet.get()};
+  if (options_.detection_enabled) observers.push_back(detection.get());
+  if (observer_ != nullptr) observers.push_back(observer_);
+  auto tee = std::make_unique<TeeObserver>(std::move(observers));
+  FrameObserver* observer = tee.get();
 
   IngestOptions ingest_options;
   ingest_options.store = store.get();
@@ -192,6 +192,8 @@ absl::Status VigilServer::Start() {
   http_options.detection = detection.get();
   http_options.escalation = escalation.get();
   http_options.auth = authenticator_.get();
+  http_options.changes = changes.get();
+  http_options.fleet = fleet.get();
   http_options.web_dir = options_.web_dir;
   http_options.max_points = options_.max_query_points;
   http_options.threads = options_.http_threads;
@@ -207,6 +209,8 @@ absl::Status VigilServer::Start() {
   store_ = std::move(store);
   detection_ = std::move(detection);
   escalation_ = std::move(escalation);
+  changes_ = std::move(changes);
+  fleet_ = std::move(fleet);
   tee_ = std::move(tee);
   stream_auth_ = std::move(stream_auth);
   ingest_ = std::move(ingest);
@@ -230,8 +234,10 @@ absl::Status VigilServer::Stop() {
   http_.reset();
   escalation_->Stop();
   tee_.reset();
+  fleet_.reset();
   detection_.reset();
   escalation_.reset();
+  changes_.reset();
   absl::Status flushed = store_->Flush();
   store_.reset();
   grpc_port_ = 0;

@@ -22,6 +22,8 @@ namespace vigil {
 
 class DetectionService;
 class EscalationService;
+class EventHub;
+class FleetView;
 class HttpApi;
 class IngestService;
 class StreamAuthenticator;
@@ -77,7 +79,11 @@ class VigilServer {
   std::unique_ptr<SeriesStore> store_;
   std::unique_ptr<DetectionService> detection_;
   std::unique_ptr<EscalationService> escalation_;
-  // Feeds both the detection service and `observer_` when both are set.
+  // Incident changes for the web UI's live pages.
+  std::unique_ptr<EventHub> changes_;
+  // Latest node and job state for the web UI.
+  std::unique_ptr<FleetView> fleet_;
+  // Feeds the fleet view, the detection service and `observer_`.
   std::unique_ptr<FrameObserver> tee_;
   std::unique_ptr<StreamAuthenticator> stream_auth_;
   std::unique_ptr<IngestService> ingest_;

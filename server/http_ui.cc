@@ -1,0 +1,360 @@
+// The web UI's API of vigil-server (see http_api.h):
+//   POST   /api/v1/session  {"token"}  sign in: session cookie + CSRF token
+//   GET    /api/v1/session             who is signed in, and the CSRF token
+//   DELETE /api/v1/session             sign out
+//   GET    /api/v1/events              server-sent events: incident changes
+//   GET    /api/v1/baseline?series=ID  the detector's current baseline
+//   GET    /api/v1/jobs, /api/v1/jobs/NAME   jobs with throughput and GPUs
+//   GET    /api/v1/nodes               nodes with GPU state and frame age
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "server/escalation_service.h"
+#include "server/http_api.h"
+#include "server/http_reply.h"
+
+namespace vigil {
+namespace {
+
+using Json = nlohmann::json;
+
+// Seconds a session cookie lives in the browser (the server may end the
+// session earlier: WebSessionOptions).
+constexpr int kCookieMaxAge = 7 * 86400;
+// How long one wait of an event stream lasts, and how many waits pass
+// between keep-alive comments.
+constexpr double kStreamWaitSeconds = 1;
+constexpr int kWaitsPerPing = 15;
+// A node whose newest frame is older than this is "silent".
+constexpr double kSilentSeconds = 60;
+// A GPU reading older than its node's newest frame by this is "missing".
+constexpr double kMissingSeconds = 30;
+// Temperature from which a GPU counts as hot.
+constexpr double kHotCelsius = 85;
+// Throttle reasons that cost speed: HW slowdown, SW thermal, HW thermal,
+// HW power brake (NVML clocks-event bits 0x8, 0x20, 0x40, 0x80).
+constexpr uint64_t kCostlyThrottle = 0x8 | 0x20 | 0x40 | 0x80;
+
+// A finite number as JSON, else null.
+Json NumberOrNull(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+
+std::string SessionCookie(const std::string& value, int max_age) {
+  return absl::StrCat(kSessionCookie, "=", value,
+                      "; Path=/; HttpOnly; SameSite=Strict; Max-Age=", max_age);
+}
+
+// Firing incidents counted per severity, by job and by node.
+struct OpenCounts {
+  std::map<std::string, std::array<int, 4>> by_job, by_node;
+};
+
+OpenCounts CountOpen(const DetectionService& detection) {
+  IncidentFilter filter;
+  filter.state = IncidentState::kFiring;
+  filter.limit = SIZE_MAX;
+  OpenCounts counts;
+  for (const Json& incident : detection.ListIncidents(filter)) {
+    std::optional<Severity> severity =
+        ParseSeverity(incident.value("severity", std::string()));
+    if (!severity) continue;
+    const int s = static_cast<int>(*severity);
+    ++counts.by_job[incident.value("job", "")][s];
+    if (incident.contains("node") && incident["node"].is_string())
+      ++counts.by_node[incident["node"].get<std::string>()][s];
+  }
+  return counts;
+}
+
+Json CountsJson(const std::array<int, 4>& counts) {
+  Json out = Json::object();
+  for (int s = 0; s < 4; ++s)
+    out[std::string(SeverityName(static_cast<Severity>(s)))] = counts[s];
+  return out;
+}
+
+// One job figure: last value, baseline and sparkline. The baseline comes
+// from the detector's baselines of the job's per-node series.
+Json FigureJson(const JobSnapshot& job, JobFigure figure,
+                const DetectionService& detection) {
+  const int f = static_cast<int>(figure);
+  Json spark = Json::array();
+  double last = NAN;
+  for (const FigurePoint& p : job.spark[f]) {
+    if (!std::isfinite(p.value)) continue;
+    spark.push_back({p.ts, p.value});
+    last = p.value;
+  }
+  double mean_sum = 0, var_sum = 0;
+  int learned = 0;
+  for (SeriesId id : job.series[f]) {
+    absl::StatusOr<SeriesBaseline> b = detection.Baseline(id);
+    if (!b.ok() || !b->learned) continue;
+    mean_sum += b->mean;
+    var_sum += b->sigma * b->sigma;
+    ++learned;
+  }
+  double baseline = NAN, sigma = NAN;
+  if (learned > 0) {
+    switch (figure) {
+      case JobFigure::kTokensPerSecond:  // summed over nodes
+        baseline = mean_sum;
+        sigma = std::sqrt(var_sum);
+        break;
+      case JobFigure::kMfu:  // averaged over nodes
+        baseline = mean_sum / learned;
+        sigma = std::sqrt(var_sum) / learned;
+        break;
+      case JobFigure::kStepRate: {  // from the mean step time
+        const double t = mean_sum / learned;
+        if (t > 0) {
+          baseline = 1 / t;
+          sigma = std::sqrt(var_sum) / learned / (t * t);
+        }
+        break;
+      }
+    }
+  }
+  return {{"last", NumberOrNull(last)},
+          {"baseline", NumberOrNull(baseline)},
+          {"sigma", NumberOrNull(sigma)},
+          {"spark", std::move(spark)}};
+}
+
+Json JobJson(const JobSnapshot& job, int gpus, const OpenCounts& open,
+             double now, const DetectionService& detection) {
+  auto it = open.by_job.find(job.job);
+  const std::array<int, 4> counts =
+      it == open.by_job.end() ? std::array<int, 4>{} : it->second;
+  std::string health = "ok";
+  if (counts[0] + counts[1] > 0) {
+    health = "critical";
+  } else if (counts[2] + counts[3] > 0) {
+    health = "warning";
+  } else if (now - job.last_frame_ts > kSilentSeconds) {
+    health = "silent";
+  }
+  return {{"job", job.job},
+          {"nodes", job.nodes},
+          {"gpus", gpus},
+          {"last_frame_ts", job.last_frame_ts},
+          {"step", job.step ? Json(*job.step) : Json(nullptr)},
+          {"health", health},
+          {"incidents", CountsJson(counts)},
+          {"metrics",
+           {{"step_rate", FigureJson(job, JobFigure::kStepRate, detection)},
+            {"tokens_per_second",
+             FigureJson(job, JobFigure::kTokensPerSecond, detection)},
+            {"mfu", FigureJson(job, JobFigure::kMfu, detection)}}}};
+}
+
+Json GpuJson(const std::string& node, const GpuReading& g) {
+  return {{"node", node},
+          {"gpu", g.gpu},
+          {"ts", g.ts},
+          {"power_watts", NumberOrNull(g.power_watts)},
+          {"temperature_celsius", NumberOrNull(g.temperature_celsius)},
+          {"sm_clock_mhz", NumberOrNull(g.sm_clock_mhz)},
+          {"throttle_reasons", NumberOrNull(g.throttle_reasons)},
+          {"utilization", NumberOrNull(g.utilization)}};
+}
+
+// Nodes whose newest finished cordon/uncordon action is a cordon.
+std::map<std::string, bool> CordonState(const EscalationService* escalation) {
+  std::map<std::string, bool> cordoned;
+  if (escalation == nullptr) return cordoned;
+  const Json actions = escalation->ListActions("")["actions"];  // newest first
+  for (const Json& a : actions) {
+    const std::string action = a.value("action", "");
+    if ((action != "cordon_node" && action != "uncordon_node") ||
+        a.value("state", "") != "done")
+      continue;
+    cordoned.emplace(a.value("node", ""), action == "cordon_node");
+  }
+  return cordoned;
+}
+
+}  // namespace
+
+void HttpApi::InstallUiHandlers() {
+  const HttpApiOptions& o = options_;
+  RequestAuthorizer* authorizer = &authorizer_;
+
+  server_->Post("/api/v1/session", [authorizer](const httplib::Request& req,
+                                                httplib::Response& res) {
+    Json body = Json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("token") ||
+        !body["token"].is_string())
+      return ReplyError(res, 400, "body must be {\"token\": \"<API token>\"}");
+    absl::StatusOr<NewSession> session =
+        authorizer->SignIn(body["token"].get<std::string>());
+    if (!session.ok()) return ReplyStatus(res, session.status());
+    res.set_header("Set-Cookie", SessionCookie(session->id, kCookieMaxAge));
+    res.set_header("Cache-Control", "no-store");
+    Reply(res, 200, Json{{"name", session->who.name},
+                         {"role", std::string(RoleName(session->who.role))},
+                         {"csrf", session->csrf}});
+  });
+  server_->Get("/api/v1/session", [authorizer](const httplib::Request& req,
+                                               httplib::Response& res) {
+    absl::StatusOr<RequestIdentity> who =
+        authorizer->Authorize(CredentialsOf(req), Role::kViewer);
+    if (!who.ok()) return ReplyStatus(res, who.status());
+    res.set_header("Cache-Control", "no-store");
+    Reply(res, 200, Json{{"name", who->who.name},
+                         {"role", std::string(RoleName(who->who.role))},
+                         {"via", who->via},
+                         {"csrf", who->csrf.empty() ? Json(nullptr) : Json(who->csrf)}});
+  });
+  server_->Delete("/api/v1/session", [authorizer](const httplib::Request& req,
+                                                  httplib::Response& res) {
+    // Signing out needs the CSRF token too, so no other site can do it.
+    absl::StatusOr<RequestIdentity> who =
+        authorizer->Authorize(CredentialsOf(req), Role::kViewer);
+    if (!who.ok()) return ReplyStatus(res, who.status());
+    authorizer->SignOut(req.get_header_value("Cookie"));
+    res.set_header("Set-Cookie", SessionCookie("", 0));
+    Reply(res, 200, Json::object());
+  });
+
+  server_->Get("/api/v1/baseline", [&o](const httplib::Request& req,
+                                        httplib::Response& res) {
+    const std::string text = req.get_param_value("series");
+    SeriesId id;
+    if (!absl::SimpleAtoi(text, &id))
+      return ReplyError(res, 400, absl::StrCat("parameter 'series': '", text,
+                                               "' is not a series id"));
+    absl::StatusOr<SeriesBaseline> b = o.detection->Baseline(id);
+    if (!b.ok()) return ReplyStatus(res, b.status());
+    Reply(res, 200, Json{{"series", id},
+                         {"learned", b->learned},
+                         {"mean", b->learned ? Json(b->mean) : Json(nullptr)},
+                         {"sigma", b->learned ? Json(b->sigma) : Json(nullptr)},
+                         {"k_sigma", b->k_sigma},
+                         {"rate", b->rate},
+                         {"evaluated", b->evaluated}});
+  });
+
+  if (o.changes != nullptr) {
+    const int max_streams = std::max(1, o.threads / 2);
+    server_->Get("/api/v1/events", [this, max_streams](const httplib::Request& req,
+                                                       httplib::Response& res) {
+      if (event_streams_.fetch_add(1) >= max_streams) {
+        --event_streams_;
+        return ReplyError(res, 503, absl::StrCat(
+            "all ", max_streams, " live-event streams are taken; poll instead"));
+      }
+      EventHub* hub = options_.changes;
+      uint64_t position = hub->last_seq();
+      // A reconnecting EventSource says where it stopped.
+      uint64_t resume;
+      if (absl::SimpleAtoi(req.get_header_value("Last-Event-ID"), &resume) &&
+          resume <= position)
+        position = resume;
+      res.set_header("Cache-Control", "no-store");
+      res.set_header("X-Accel-Buffering", "no");
+      auto waits = std::make_shared<int>(0);
+      auto sent_hello = std::make_shared<bool>(false);
+      auto now = [this] { return options_.clock->Now(); };
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [hub, position, waits, sent_hello, now](size_t, httplib::DataSink& sink) mutable {
+            std::string out;
+            if (!*sent_hello) {
+              *sent_hello = true;
+              out = absl::StrCat("retry: 3000\nevent: hello\ndata: ",
+                                 Json{{"ts", now()}, {"seq", position}}.dump(), "\n\n");
+            }
+            ChangeBatch batch = hub->WaitAfter(position, kStreamWaitSeconds);
+            if (batch.gap) absl::StrAppend(&out, "event: reload\ndata: {}\n\n");
+            for (const ChangeNotice& notice : batch.notices) {
+              const Json parsed = Json::parse(notice.json, nullptr, false);
+              const std::string topic =
+                  parsed.is_object() ? parsed.value("topic", "incident") : "incident";
+              absl::StrAppend(&out, "id: ", notice.seq, "\nevent: ", topic,
+                              "\ndata: ", notice.json, "\n\n");
+              position = notice.seq;
+            }
+            if (out.empty() && ++*waits % kWaitsPerPing == 0) out = ": ping\n\n";
+            return out.empty() || sink.write(out.data(), out.size());
+          },
+          [this](bool) { --event_streams_; });
+    });
+  }
+
+  if (o.fleet == nullptr) return;
+  server_->Get("/api/v1/jobs", [&o](const httplib::Request&, httplib::Response& res) {
+    const double now = o.clock->Now();
+    const OpenCounts open = CountOpen(*o.detection);
+    std::map<std::string, int> gpus;
+    for (const NodeSnapshot& node : o.fleet->Nodes())
+      gpus[node.job] += static_cast<int>(node.gpus.size());
+    Json jobs = Json::array();
+    for (const JobSnapshot& job : o.fleet->Jobs())
+      jobs.push_back(JobJson(job, gpus[job.job], open, now, *o.detection));
+    Reply(res, 200, Json{{"now", now}, {"jobs", std::move(jobs)}});
+  });
+  server_->Get(R"(/api/v1/jobs/([^/]+))", [&o](const httplib::Request& req,
+                                                httplib::Response& res) {
+    const std::string name = req.matches[1].str();
+    std::optional<JobSnapshot> job = o.fleet->Job(name);
+    if (!job) return ReplyError(res, 404, absl::StrCat("job '", name, "' not seen"));
+    const double now = o.clock->Now();
+    Json gpus = Json::array();
+    for (const NodeSnapshot& node : o.fleet->Nodes()) {
+      if (node.job != name) continue;
+      for (const GpuReading& g : node.gpus) gpus.push_back(GpuJson(node.node, g));
+    }
+    Json out = JobJson(*job, static_cast<int>(gpus.size()), CountOpen(*o.detection),
+                       now, *o.detection);
+    // The detail lists the GPUs' readings where the list has their count.
+    out["gpus"] = std::move(gpus);
+    out["now"] = now;
+    Reply(res, 200, out);
+  });
+  server_->Get("/api/v1/nodes", [&o](const httplib::Request&, httplib::Response& res) {
+    const double now = o.clock->Now();
+    const OpenCounts open = CountOpen(*o.detection);
+    const std::map<std::string, bool> cordoned = CordonState(o.escalation);
+    Json nodes = Json::array();
+    for (const NodeSnapshot& node : o.fleet->Nodes()) {
+      int ok = 0, throttled = 0, hot = 0, missing = 0;
+      for (const GpuReading& g : node.gpus) {
+        if (node.last_frame_ts - g.ts > kMissingSeconds) {
+          ++missing;
+        } else if (std::isfinite(g.temperature_celsius) &&
+                   g.temperature_celsius >= kHotCelsius) {
+          ++hot;
+        } else if (std::isfinite(g.throttle_reasons) &&
+                   (static_cast<uint64_t>(g.throttle_reasons) & kCostlyThrottle)) {
+          ++throttled;
+        } else {
+          ++ok;
+        }
+      }
+      auto counts = open.by_node.find(node.node);
+      auto cordon = cordoned.find(node.node);
+      nodes.push_back(
+          {{"node", node.node},
+           {"job", node.job},
+           {"gpus", node.gpus.size()},
+           {"gpu_state", {{"ok", ok}, {"throttled", throttled}, {"hot", hot},
+                          {"missing", missing}}},
+           {"last_frame_ts", node.last_frame_ts},
+           {"age_seconds", std::max(0.0, now - node.last_frame_ts)},
+           {"cordoned", cordon != cordoned.end() && cordon->second},
+           {"incidents", CountsJson(counts == open.by_node.end()
+                                        ? std::array<int, 4>{}
+                                        : counts->second)}});
+    }
+    Reply(res, 200, Json{{"now", now}, {"nodes", std::move(nodes)}});
+  });
+}
+
+}  // namespace vigil
