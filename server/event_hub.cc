@@ -11,7 +11,8 @@ void EventHub::Publish(nlohmann::json notice) {
   {
     std::lock_guard<std::mutex> l(mu_);
     notice["seq"] = ++last_seq_;
-    ring_.push_back(ChangeNotice{last_seq_, notice.dump()});
+    std::string topic = notice.value("topic", "incident");
+    ring_.push_back(ChangeNotice{last_seq_, std::move(topic), notice.dump()});
     if (ring_.size() > capacity_) ring_.pop_front();
   }
   cv_.notify_all();

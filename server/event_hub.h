@@ -18,10 +18,12 @@
 
 namespace vigil {
 
-// One published notice: its sequence number (from 1) and its JSON text,
-// which carries the same number as "seq".
+// One published notice: its sequence number (from 1), its topic (the
+// notice's "topic", default "incident": the SSE event name) and its JSON
+// text, which carries the same number as "seq".
 struct ChangeNotice {
   uint64_t seq = 0;
+  std::string topic;
   std::string json;
 };
 

@@ -7,9 +7,11 @@
 //   GET    /api/v1/jobs, /api/v1/jobs/NAME   jobs with throughput and GPUs
 //   GET    /api/v1/nodes               nodes with GPU state and frame age
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -28,10 +30,12 @@ using Json = nlohmann::json;
 // Seconds a session cookie lives in the browser (the server may end the
 // session earlier: WebSessionOptions).
 constexpr int kCookieMaxAge = 7 * 86400;
-// How long one wait of an event stream lasts, and how many waits pass
-// between keep-alive comments.
+// How long an event stream waits for a notice before it writes an empty
+// comment (keep-alive, and the write that finds a closed page).
 constexpr double kStreamWaitSeconds = 1;
-constexpr int kWaitsPerPing = 15;
+// How a new event stream waits for a free slot: kSlotWaits times kSlotWait.
+constexpr std::chrono::milliseconds kSlotWait{100};
+constexpr int kSlotWaits = 30;
 // A node whose newest frame is older than this is "silent".
 constexpr double kSilentSeconds = 60;
 // A GPU reading older than its node's newest frame by this is "missing".
@@ -245,10 +249,16 @@ void HttpApi::InstallUiHandlers() {
     const int max_streams = std::max(1, o.threads / 2);
     server_->Get("/api/v1/events", [this, max_streams](const httplib::Request& req,
                                                        httplib::Response& res) {
-      if (event_streams_.fetch_add(1) >= max_streams) {
+      // A reloading page opens its new stream before the server has noticed
+      // that the old one is gone (at its next write), so wait a little for
+      // a slot before turning it away.
+      int waited = 0;
+      while (event_streams_.fetch_add(1) >= max_streams) {
         --event_streams_;
-        return ReplyError(res, 503, absl::StrCat(
-            "all ", max_streams, " live-event streams are taken; poll instead"));
+        if (++waited > kSlotWaits)
+          return ReplyError(res, 503, absl::StrCat(
+              "all ", max_streams, " live-event streams are taken; poll instead"));
+        std::this_thread::sleep_for(kSlotWait);
       }
       EventHub* hub = options_.changes;
       uint64_t position = hub->last_seq();
@@ -259,30 +269,29 @@ void HttpApi::InstallUiHandlers() {
         position = resume;
       res.set_header("Cache-Control", "no-store");
       res.set_header("X-Accel-Buffering", "no");
-      auto waits = std::make_shared<int>(0);
       auto sent_hello = std::make_shared<bool>(false);
-      auto now = [this] { return options_.clock->Now(); };
+      const double now = options_.clock->Now();
       res.set_chunked_content_provider(
           "text/event-stream",
-          [hub, position, waits, sent_hello, now](size_t, httplib::DataSink& sink) mutable {
+          [hub, position, sent_hello, now](size_t, httplib::DataSink& sink) mutable {
             std::string out;
             if (!*sent_hello) {
               *sent_hello = true;
               out = absl::StrCat("retry: 3000\nevent: hello\ndata: ",
-                                 Json{{"ts", now()}, {"seq", position}}.dump(), "\n\n");
+                                 Json{{"ts", now}, {"seq", position}}.dump(), "\n\n");
+              return sink.write(out.data(), out.size());
             }
             ChangeBatch batch = hub->WaitAfter(position, kStreamWaitSeconds);
-            if (batch.gap) absl::StrAppend(&out, "event: reload\ndata: {}\n\n");
+            if (batch.gap) out = "event: reload\ndata: {}\n\n";
             for (const ChangeNotice& notice : batch.notices) {
-              const Json parsed = Json::parse(notice.json, nullptr, false);
-              const std::string topic =
-                  parsed.is_object() ? parsed.value("topic", "incident") : "incident";
-              absl::StrAppend(&out, "id: ", notice.seq, "\nevent: ", topic,
+              absl::StrAppend(&out, "id: ", notice.seq, "\nevent: ", notice.topic,
                               "\ndata: ", notice.json, "\n\n");
               position = notice.seq;
             }
-            if (out.empty() && ++*waits % kWaitsPerPing == 0) out = ": ping\n\n";
-            return out.empty() || sink.write(out.data(), out.size());
+            // An empty comment after a quiet wait: keeps proxies from timing
+            // the stream out and finds a closed page within seconds.
+            if (out.empty()) out = ":\n\n";
+            return sink.write(out.data(), out.size());
           },
           [this](bool) { --event_streams_; });
     });

@@ -101,6 +101,11 @@ absl::StatusOr<RequestIdentity> RequestAuthorizer::Authorize(
   auto it = sessions_.find(SessionKey(id));
   if (it == sessions_.end() || Expired(it->second, now)) {
     if (it != sessions_.end()) sessions_.erase(it);
+    // A page left open across a restart may still read anonymously.
+    if (!Mutating(request.method)) {
+      absl::StatusOr<Identity> anonymous = auth_->Authorize("", needed);
+      if (anonymous.ok()) return RequestIdentity{*std::move(anonymous), "anonymous", ""};
+    }
     return absl::UnauthenticatedError("session expired or unknown: sign in again");
   }
   Session& session = it->second;

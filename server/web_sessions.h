@@ -78,7 +78,8 @@ class RequestAuthorizer {
 
   // Who made the request, checked to hold at least `needed`. A bearer
   // token wins over the cookie. A request that is not GET/HEAD and rides on
-  // the session cookie must carry its CSRF token. kUnauthenticated when no
+  // the session cookie must carry its CSRF token. A read with an ended
+  // session passes as anonymous when anonymous reads are allowed. kUnauthenticated when no
   // valid token or session is presented (and anonymous reads do not
   // apply); kPermissionDenied when the role is too low or the CSRF token is
   // missing or wrong.
