@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds Vigil into a build directory.
+# Configures and builds Vigil into a build directory, and vendors the web
+# UI's chart library (uPlot, from npm) into web/vendor.
 # Usage: deploy/build.sh [BUILD_DIR] [extra cmake args...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -9,3 +10,4 @@ shift || true
 export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 ninja -C "$build" -j"$(nproc)"
+"$root/scripts/vendor-web.sh"

@@ -49,6 +49,8 @@ pids+=($!)
 pids+=($!)
 token=demo-operator-token
 token_sha=$(printf %s "$token" | sha256sum | cut -d' ' -f1)
+viewer_token=demo-viewer-token
+viewer_sha=$(printf %s "$viewer_token" | sha256sum | cut -d' ' -f1)
 
 # mTLS: a CA, the server's certificate and one client certificate per node
 # (kept across runs); the server binds each node name to its certificate.
@@ -60,7 +62,8 @@ for i in $(seq 1 "$nodes"); do agent_nodes+=("$(printf 'n%03d' "$i")"); done
 node_token_sha=$(tr -d '\n' <"$data/tls/node.token" | sha256sum | cut -d' ' -f1)
 r="http://127.0.0.1:$receiver_port"
 cat >"$data/vigil.json" <<EOF
-{"auth": {"tokens": [{"name": "demo", "role": "operator", "sha256": "$token_sha"}]},
+{"auth": {"tokens": [{"name": "demo", "role": "operator", "sha256": "$token_sha"},
+                     {"name": "watcher", "role": "viewer", "sha256": "$viewer_sha"}]},
  "grpc_tls": {"cert_file": "$data/tls/server.crt", "key_file": "$data/tls/server.key",
               "client_ca_file": "$data/tls/ca.crt", "node_identity": "certificate"},
  "node_tokens": {"sha256": {"*": "$node_token_sha"}},
@@ -127,7 +130,8 @@ cat <<MSG
 
 Vigil demo is running: 1 server; job "$job" on $nodes simulated 8-GPU nodes,
 job "gpt-moe" on 2 nodes, job "bert-ft" on 1 node — each with a fault coming.
-  UI:         http://127.0.0.1:$http_port/
+  UI:         http://127.0.0.1:$http_port/  (anyone may look; sign in to act with
+              token $token, or $viewer_token for a read-only session)
   incidents:  http://127.0.0.1:$http_port/api/v1/incidents
   metrics:    http://127.0.0.1:$http_port/metrics
   series:     http://127.0.0.1:$http_port/api/v1/series?node=n003&metric=gpu_sm_clock_mhz

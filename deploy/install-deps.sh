@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Vigil needs to build and test, if missing.
-# Usage: deploy/install-deps.sh   (as root, or with sudo available)
+# Usage: deploy/install-deps.sh [--browser]   (as root, or with sudo available)
+#   --browser  also Chromium, for the web UI's browser tests (~400 MB)
+# Node.js and npm (for the web UI's uPlot and the browser tests) come from
+# whatever apt source the machine has; the browser tests need Node >= 20.
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
@@ -10,16 +13,28 @@ packages=(
   libcurl4-openssl-dev libssl-dev openssl munge slurmctld slurmd slurm-client systemd
   curl python3 python3-torch
 )
+case "${1:-}" in
+  --browser) packages+=(chromium) ;;
+  "") ;;
+  *) echo "usage: $0 [--browser]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
+# NodeSource's nodejs bundles npm (and conflicts with Debian's npm package);
+# Debian's own nodejs needs npm installed beside it.
+command -v node >/dev/null || missing+=(nodejs)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if ! command -v npm >/dev/null; then
+  echo "install-deps: installing npm"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm
+fi
