@@ -544,5 +544,21 @@ TEST(HttpUiTest, IncidentTextSearch) {
   EXPECT_TRUE(ids("?q=ecc_double&node=n2").empty());
 }
 
+TEST(HttpUiTest, AnswersAreGzippedEvenWhenBrotliIsOffered) {
+  // Brotli at httplib's quality 11 made a large incident list take seconds.
+  TestServer t(UiOptions());
+  const int port = t.server.http_port();
+  for (const char* offer : {"gzip, deflate, br", "br;q=1.0, gzip;q=0.8", "br"}) {
+    std::multimap<std::string, std::string> headers;
+    HttpResult r = HttpSend(port, "GET", "/api/v1/incidents?state=all", "",
+                            {{"Accept-Encoding", offer}}, &headers);
+    ASSERT_EQ(r.status, 200) << offer;
+    EXPECT_TRUE(ParseOrNull(r).contains("incidents")) << offer << ": " << r.body;
+    auto encoding = headers.find("Content-Encoding");
+    const std::string got = encoding == headers.end() ? "" : encoding->second;
+    EXPECT_EQ(got, std::string(offer) == "br" ? "" : "gzip") << offer;
+  }
+}
+
 }  // namespace
 }  // namespace vigil::testing
