@@ -16,7 +16,7 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: $0 [--no-sanitize | --full-sanitize]" >&2; exit 2 ;;
 esac
-"$root/deploy/install-deps.sh"
+"$root/deploy/install-deps.sh" --browser
 start=$(date +%s)
 echo "== build (RelWithDebInfo)"
 "$root/deploy/build.sh" "$root/build"
