@@ -270,6 +270,21 @@ std::vector<Json> DetectionService::ListIncidents(
   return out;
 }
 
+FiringCounts DetectionService::CountFiring() const {
+  FiringCounts counts;
+  const std::string firing(IncidentStateName(IncidentState::kFiring));
+  std::lock_guard<std::mutex> l(index_mu_);
+  for (const auto& [id, s] : index_) {
+    if (s["state"] != firing) continue;
+    std::optional<Severity> severity = ParseSeverity(s["severity"].get<std::string>());
+    if (!severity) continue;
+    const int i = static_cast<int>(*severity);
+    ++counts.by_job[s["job"].get<std::string>()][i];
+    if (s["node"].is_string()) ++counts.by_node[s["node"].get<std::string>()][i];
+  }
+  return counts;
+}
+
 absl::StatusOr<Json> DetectionService::GetIncident(std::string_view id) const {
   Json incident;
   {

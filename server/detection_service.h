@@ -84,6 +84,13 @@ struct IncidentFilter {
   size_t limit = 100;
 };
 
+// Firing incidents counted by severity (index = Severity), per job and per
+// node; job-wide incidents (no node) count for their job only.
+struct FiringCounts {
+  std::map<std::string, std::array<int, 4>> by_job;
+  std::map<std::string, std::array<int, 4>> by_node;
+};
+
 // Counters for /metrics, read without a common snapshot.
 struct DetectionCounters {
   // Frames run through the pipeline.
@@ -129,6 +136,9 @@ class DetectionService : public FrameObserver {
   // Incidents matching `filter`, newest (first detection) first, each the
   // IncidentToJson full form of its latest snapshot.
   std::vector<nlohmann::json> ListIncidents(const IncidentFilter& filter) const;
+
+  // The firing incidents counted per job and node, without copying them.
+  FiringCounts CountFiring() const;
 
   // The latest snapshot of incident `id` (full form) plus "timeline": its
   // stored events, oldest first, as {"type", "ts", "severity", "state"}.

@@ -99,14 +99,19 @@ FleetView::Bucket* FleetView::BucketAt(JobState& job, double ts) {
 
 void FleetView::OnFrame(const FrameView& frame) {
   std::lock_guard<std::mutex> l(mu_);
-  Node& node = nodes_[std::string(frame.node)];
+  auto node_it = nodes_.find(frame.node);
+  if (node_it == nodes_.end())
+    node_it = nodes_.emplace(std::string(frame.node), Node{}).first;
+  Node& node = node_it->second;
   if (node.job != frame.job) {
     node = Node{};
     node.job = std::string(frame.job);
   }
   node.last_frame_ts = std::max(node.last_frame_ts, frame.ts);
   if (frame.step) node.step = frame.step;
-  JobState& job = jobs_[node.job];
+  auto job_it = jobs_.find(node.job);
+  if (job_it == jobs_.end()) job_it = jobs_.emplace(node.job, JobState{}).first;
+  JobState& job = job_it->second;
   job.last_frame_ts = std::max(job.last_frame_ts, frame.ts);
   if (frame.step && (!job.step || *frame.step > *job.step)) job.step = frame.step;
   Bucket* bucket = BucketAt(job, frame.ts);

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -133,8 +134,9 @@ class FleetView : public FrameObserver {
   const FleetViewOptions options_;
   mutable std::mutex mu_;
   absl::flat_hash_map<uint32_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
+  // Transparent comparators: a frame's names are looked up without a copy.
+  std::map<std::string, Node, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobState, std::less<>> jobs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace vigil

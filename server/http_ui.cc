@@ -54,28 +54,6 @@ std::string SessionCookie(const std::string& value, int max_age) {
                       "; Path=/; HttpOnly; SameSite=Strict; Max-Age=", max_age);
 }
 
-// Firing incidents counted per severity, by job and by node.
-struct OpenCounts {
-  std::map<std::string, std::array<int, 4>> by_job, by_node;
-};
-
-OpenCounts CountOpen(const DetectionService& detection) {
-  IncidentFilter filter;
-  filter.state = IncidentState::kFiring;
-  filter.limit = SIZE_MAX;
-  OpenCounts counts;
-  for (const Json& incident : detection.ListIncidents(filter)) {
-    std::optional<Severity> severity =
-        ParseSeverity(incident.value("severity", std::string()));
-    if (!severity) continue;
-    const int s = static_cast<int>(*severity);
-    ++counts.by_job[incident.value("job", "")][s];
-    if (incident.contains("node") && incident["node"].is_string())
-      ++counts.by_node[incident["node"].get<std::string>()][s];
-  }
-  return counts;
-}
-
 Json CountsJson(const std::array<int, 4>& counts) {
   Json out = Json::object();
   for (int s = 0; s < 4; ++s)
@@ -131,7 +109,7 @@ Json FigureJson(const JobSnapshot& job, JobFigure figure,
           {"spark", std::move(spark)}};
 }
 
-Json JobJson(const JobSnapshot& job, int gpus, const OpenCounts& open,
+Json JobJson(const JobSnapshot& job, int gpus, const FiringCounts& open,
              double now, const DetectionService& detection) {
   auto it = open.by_job.find(job.job);
   const std::array<int, 4> counts =
@@ -300,7 +278,7 @@ void HttpApi::InstallUiHandlers() {
   if (o.fleet == nullptr) return;
   server_->Get("/api/v1/jobs", [&o](const httplib::Request&, httplib::Response& res) {
     const double now = o.clock->Now();
-    const OpenCounts open = CountOpen(*o.detection);
+    const FiringCounts open = o.detection->CountFiring();
     std::map<std::string, int> gpus;
     for (const NodeSnapshot& node : o.fleet->Nodes())
       gpus[node.job] += static_cast<int>(node.gpus.size());
@@ -320,7 +298,7 @@ void HttpApi::InstallUiHandlers() {
       if (node.job != name) continue;
       for (const GpuReading& g : node.gpus) gpus.push_back(GpuJson(node.node, g));
     }
-    Json out = JobJson(*job, static_cast<int>(gpus.size()), CountOpen(*o.detection),
+    Json out = JobJson(*job, static_cast<int>(gpus.size()), o.detection->CountFiring(),
                        now, *o.detection);
     // The detail lists the GPUs' readings where the list has their count.
     out["gpus"] = std::move(gpus);
@@ -329,7 +307,7 @@ void HttpApi::InstallUiHandlers() {
   });
   server_->Get("/api/v1/nodes", [&o](const httplib::Request&, httplib::Response& res) {
     const double now = o.clock->Now();
-    const OpenCounts open = CountOpen(*o.detection);
+    const FiringCounts open = o.detection->CountFiring();
     const std::map<std::string, bool> cordoned = CordonState(o.escalation);
     Json nodes = Json::array();
     for (const NodeSnapshot& node : o.fleet->Nodes()) {
