@@ -148,7 +148,9 @@ MSG
 while true; do
   sleep 10
   total=$(curl -sf "http://127.0.0.1:$http_port/metrics" | awk '/^vigil_ingest_samples_total /{print $2}')
-  pages=$(cat "$data/pages.jsonl" 2>/dev/null | wc -l)
+  # (no file before the first page; a failing cat would end the demo under pipefail)
+  pages=0
+  [ -f "$data/pages.jsonl" ] && pages=$(wc -l <"$data/pages.jsonl")
   echo "$(date +%T) samples ingested: ${total:-?}; pages delivered: $pages"
   curl -sf "http://127.0.0.1:$http_port/api/v1/incidents?state=all" | python3 -c '
 import json, sys
