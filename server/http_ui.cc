@@ -74,10 +74,14 @@ Json FigureJson(const JobSnapshot& job, JobFigure figure,
     last = p.value;
   }
   double mean_sum = 0, var_sum = 0;
-  int learned = 0;
+  int learned = 0, learning = 0;
   for (SeriesId id : job.series[f]) {
     absl::StatusOr<SeriesBaseline> b = detection.Baseline(id);
-    if (!b.ok() || !b->learned) continue;
+    if (!b.ok()) continue;
+    if (!b->learned) {
+      if (b->evaluated > 0) ++learning;  // past warm-up, not learned yet
+      continue;
+    }
     mean_sum += b->mean;
     var_sum += b->sigma * b->sigma;
     ++learned;
@@ -103,9 +107,13 @@ Json FigureJson(const JobSnapshot& job, JobFigure figure,
       }
     }
   }
+  // "learning": the detector is learning these series (a young job past
+  // its warm-up) and has no baseline for any of them yet; false also for
+  // figures no detector learns (MFU has a fixed threshold).
   return {{"last", NumberOrNull(last)},
           {"baseline", NumberOrNull(baseline)},
           {"sigma", NumberOrNull(sigma)},
+          {"learning", learned == 0 && learning > 0},
           {"spark", std::move(spark)}};
 }
 

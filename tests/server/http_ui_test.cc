@@ -422,9 +422,10 @@ TEST(HttpUiTest, NodesAndJobsFromFrames) {
   EXPECT_DOUBLE_EQ(m["step_rate"]["last"].get<double>(), 1.0);
   ASSERT_EQ(m["tokens_per_second"]["spark"].size(), 1u);
   EXPECT_EQ(m["tokens_per_second"]["spark"][0][0], kT0);
-  // Six steps are far from learned: no baseline yet.
+  // Six steps are in the job's warm-up: no baseline, nothing learned yet.
   EXPECT_TRUE(m["tokens_per_second"]["baseline"].is_null());
   EXPECT_TRUE(m["step_rate"]["sigma"].is_null());
+  EXPECT_EQ(m["tokens_per_second"]["learning"], false);
 
   Json detail = GetJson(port, "/api/v1/jobs/llm");
   EXPECT_EQ(detail["job"], "llm");
@@ -493,6 +494,42 @@ TEST(HttpUiTest, SilentJobWithoutIncidents) {
   EXPECT_EQ(GetJson(port, "/api/v1/jobs")["jobs"][0]["health"], "ok");
   t.clock.Advance(61);
   EXPECT_EQ(GetJson(port, "/api/v1/jobs")["jobs"][0]["health"], "silent");
+}
+
+TEST(HttpUiTest, JobFiguresCarryTheLearnedBaselines) {
+  ServerOptions options = UiOptions();
+  options.detector.baseline.learn_steps = 5;
+  TestServer t(options);
+  const int port = t.server.http_port();
+  NodeAgent n1(t, "n1");
+  NodeAgent n2(t, "n2");
+  const std::vector<uint32_t> ids = {kTokens, kStepTime, kMfu};
+  // Past the detector's warm-up steps; a little noise so sigma is learned.
+  auto send = [&](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      const double wobble = (i % 2 ? 1 : -1);
+      n1.Send("llm", 1000 + i, ids, {1000 + 10 * wobble, 0.5 + 0.01 * wobble, 0.4});
+      n2.Send("llm", 1000 + i, ids, {3000 - 10 * wobble, 0.5 - 0.01 * wobble, 0.6});
+      t.clock.Advance(1);
+    }
+    n1.Sync();
+    n2.Sync();
+  };
+  send(0, 10);
+  Json young = GetJson(port, "/api/v1/jobs")["jobs"][0]["metrics"];
+  EXPECT_TRUE(young["tokens_per_second"]["baseline"].is_null());
+  EXPECT_EQ(young["tokens_per_second"]["learning"], true);
+  EXPECT_EQ(young["step_rate"]["learning"], true);
+  EXPECT_EQ(young["mfu"]["learning"], false);  // a fixed threshold, never learned
+
+  send(10, 60);
+  const Json m = GetJson(port, "/api/v1/jobs")["jobs"][0]["metrics"];
+  // Tokens/s: the nodes' levels summed; step rate: one over the step time.
+  EXPECT_NEAR(m["tokens_per_second"]["baseline"].get<double>(), 4000, 40) << m.dump(1);
+  EXPECT_GT(m["tokens_per_second"]["sigma"].get<double>(), 0);
+  EXPECT_EQ(m["tokens_per_second"]["learning"], false);
+  EXPECT_NEAR(m["step_rate"]["baseline"].get<double>(), 2.0, 0.05);
+  EXPECT_EQ(m["step_rate"]["learning"], false);
 }
 
 TEST(HttpUiTest, BaselineOfASeries) {

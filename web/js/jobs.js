@@ -6,7 +6,7 @@ import { ago, deviation, esc, fmt, num, signedPct } from './util.js';
 
 export const METRICS = [['step_rate', 'step rate', '/s'], ['tokens_per_second', 'tokens/s', ''], ['mfu', 'MFU', '']];
 
-// The last value of metric M = {last, baseline, sigma} and, when a
+// The last value of metric M = {last, baseline, sigma, learning} and, when a
 // baseline is known, its deviation ("−12 % vs baseline", class "off" when
 // beyond 3 sigma) with the baseline ± 3 sigma on hover.
 export function metricHtml(m = {}, unit = '') {
@@ -14,7 +14,11 @@ export function metricHtml(m = {}, unit = '') {
   const d = deviation(m);
   const off = d.off ? ' off' : '';
   const value = `<span class="value${off}">${fmt(m.last)}${unit}</span>`;
-  if (!Number.isFinite(base)) return `${value}<span class="dev muted">no baseline</span>`;
+  if (!Number.isFinite(base)) {
+    const why = m.learning ? 'learning baseline' : 'no baseline';
+    const title = m.learning ? ' title="the detector learns each series over the job\'s first steps"' : '';
+    return `${value}<span class="dev muted"${title}>${why}</span>`;
+  }
   if (!Number.isFinite(num(m.last))) return value;
   const band = Number.isFinite(sd) ? ` ± ${fmt(3 * sd)} (3σ)` : '';
   const by = Number.isFinite(d.sigmas) ? `; last value ${fmt(Math.abs(d.sigmas), 2)}σ ${d.sigmas < 0 ? 'below' : 'above'}` : '';
