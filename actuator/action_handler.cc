@@ -14,7 +14,7 @@
 #include "common/json_syntax.h"
 #include "notify/signing.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 using nlohmann::json;
@@ -331,4 +331,4 @@ WebhookReply ActionHandler::Handle(const WebhookRequest& request) {
   return reply;
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

@@ -20,7 +20,7 @@
 #include "common/clock.h"
 #include "nlohmann/json.hpp"
 
-namespace vigil {
+namespace vigil::actuator {
 
 struct ActionHandlerOptions {
   // The shared HMAC secret (notify/signing.h). Required.
@@ -113,6 +113,6 @@ class ActionHandler {
   std::map<std::string, std::shared_ptr<Attempt>> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_ACTION_HANDLER_H_

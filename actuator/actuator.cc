@@ -17,7 +17,7 @@
 #include "actuator/noop_scheduler.h"
 #include "common/status_macros.h"
 
-namespace vigil {
+namespace vigil::actuator {
 
 const char kActuatorUsage[] =
     "usage: vigil-actuator --secret-file PATH --backend slurm|kubernetes|noop\n"
@@ -257,4 +257,4 @@ void Actuator::Stop() {
   if (http_) http_->Stop();
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

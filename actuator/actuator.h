@@ -16,7 +16,7 @@
 #include "actuator/slurm_scheduler.h"
 #include "common/clock.h"
 
-namespace vigil {
+namespace vigil::actuator {
 
 struct ActuatorOptions {
   // Address of the webhook endpoint. Default "127.0.0.1:9191".
@@ -83,6 +83,6 @@ class Actuator {
   std::unique_ptr<ActuatorHttpServer> http_;
 };
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_ACTUATOR_H_

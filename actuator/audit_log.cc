@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace vigil {
+namespace vigil::actuator {
 
 absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("audit log path is empty");
@@ -73,4 +73,4 @@ absl::Status AuditLog::Append(const nlohmann::json& record) {
   return absl::OkStatus();
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace vigil {
+namespace vigil::actuator {
 
 // Appends records to a file opened with O_APPEND; each record is written
 // with one write() and synced before Append returns. Thread-safe.
@@ -54,6 +54,6 @@ class AuditLog {
   const int fd_;
 };
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_AUDIT_LOG_H_

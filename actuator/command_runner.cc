@@ -17,7 +17,7 @@
 
 extern char** environ;
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 constexpr char kTruncated[] = "[... truncated]";
@@ -201,4 +201,4 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   return result;
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

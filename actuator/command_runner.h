@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 
-namespace vigil {
+namespace vigil::actuator {
 
 // How a finished command went.
 struct CommandResult {
@@ -43,6 +43,6 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
 // quotes single-quoted. Display only: nothing ever runs it through a shell.
 std::string CommandLine(const std::vector<std::string>& argv);
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_COMMAND_RUNNER_H_

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 // Action requests are a few hundred bytes.
@@ -105,4 +105,4 @@ void ActuatorHttpServer::Stop() {
   server_.reset();
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

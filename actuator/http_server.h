@@ -15,7 +15,7 @@ namespace httplib {
 class Server;
 }  // namespace httplib
 
-namespace vigil {
+namespace vigil::actuator {
 
 // Serves the webhook on one address until Stop(). Thread-compatible:
 // Start and Stop from one thread; requests are served on httplib's pool.
@@ -46,6 +46,6 @@ class ActuatorHttpServer {
 // Splits "host:port" ("[v6]:port" too). kInvalidArgument when malformed.
 absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_HTTP_SERVER_H_

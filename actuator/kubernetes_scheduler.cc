@@ -17,7 +17,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 using nlohmann::json;
@@ -410,4 +410,4 @@ absl::StatusOr<ActionOutcome> KubernetesScheduler::Report(
   return ActionOutcome{absl::StrCat(transcript.text(), "\n", report.dump(2)), ""};
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

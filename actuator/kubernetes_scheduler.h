@@ -12,7 +12,7 @@
 #include "actuator/scheduler.h"
 #include "common/clock.h"
 
-namespace vigil {
+namespace vigil::actuator {
 
 struct KubernetesOptions {
   // The API server, "https://host:port". Required.
@@ -66,6 +66,6 @@ class KubernetesScheduler : public Scheduler {
 // token file. kInvalidArgument saying what is wrong otherwise.
 absl::Status ValidateKubernetesOptions(const KubernetesOptions& options);
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_KUBERNETES_SCHEDULER_H_

@@ -10,15 +10,15 @@
 #include "actuator/actuator.h"
 
 int main(int argc, char** argv) {
-  absl::StatusOr<vigil::ActuatorOptions> options =
-      vigil::ParseActuatorFlags(std::vector<std::string>(argv + 1, argv + argc));
+  absl::StatusOr<vigil::actuator::ActuatorOptions> options =
+      vigil::actuator::ParseActuatorFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!options.ok()) {
     if (options.status().code() == absl::StatusCode::kCancelled) {
-      std::fputs(vigil::kActuatorUsage, stdout);
+      std::fputs(vigil::actuator::kActuatorUsage, stdout);
       return 0;
     }
     std::fprintf(stderr, "vigil-actuator: %s\n%s",
-                 std::string(options.status().message()).c_str(), vigil::kActuatorUsage);
+                 std::string(options.status().message()).c_str(), vigil::actuator::kActuatorUsage);
     return 2;
   }
 
@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::StatusOr<std::unique_ptr<vigil::Actuator>> actuator =
-      vigil::Actuator::Start(*options, *vigil::RealClock());
+  absl::StatusOr<std::unique_ptr<vigil::actuator::Actuator>> actuator =
+      vigil::actuator::Actuator::Start(*options, *vigil::RealClock());
   if (!actuator.ok()) {
     std::fprintf(stderr, "vigil-actuator: cannot start: %s\n",
                  std::string(actuator.status().message()).c_str());

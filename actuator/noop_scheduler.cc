@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 ActionOutcome WouldDo(const std::string& what) {
@@ -45,4 +45,4 @@ absl::StatusOr<ActionOutcome> NoopScheduler::Report(
   return WouldDo(what);
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

@@ -4,7 +4,7 @@
 
 #include "actuator/scheduler.h"
 
-namespace vigil {
+namespace vigil::actuator {
 
 // Every action succeeds at once with a detail starting "dry run: would";
 // checkpoint actions report checkpoint "skipped". Thread-safe (stateless).
@@ -19,6 +19,6 @@ class NoopScheduler : public Scheduler {
   absl::StatusOr<ActionOutcome> Report(const ActionRequest& request) override;
 };
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_NOOP_SCHEDULER_H_

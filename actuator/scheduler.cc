@@ -3,7 +3,7 @@
 #include <array>
 #include <utility>
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 constexpr std::array<std::pair<ActionType, std::string_view>, 5> kNames = {{
@@ -47,4 +47,4 @@ absl::StatusOr<ActionOutcome> Perform(Scheduler& scheduler,
   return absl::InvalidArgumentError("unknown action type");
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

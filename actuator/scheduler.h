@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace vigil {
+namespace vigil::actuator {
 
 // The actions of the webhook contract (actuator/README.md).
 enum class ActionType : uint8_t {
@@ -87,6 +87,6 @@ class Scheduler {
 absl::StatusOr<ActionOutcome> Perform(Scheduler& scheduler,
                                       const ActionRequest& request);
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_SCHEDULER_H_

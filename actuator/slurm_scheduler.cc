@@ -15,7 +15,7 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 constexpr size_t kMaxNameLength = 128;
@@ -320,4 +320,4 @@ absl::StatusOr<ActionOutcome> SlurmScheduler::Report(const ActionRequest& reques
   return ActionOutcome{transcript.text(), ""};
 }
 
-}  // namespace vigil
+}  // namespace vigil::actuator

@@ -12,7 +12,7 @@
 #include "actuator/scheduler.h"
 #include "common/clock.h"
 
-namespace vigil {
+namespace vigil::actuator {
 
 struct SlurmOptions {
   // The client programs; a bare name is looked up in PATH. They find the
@@ -78,6 +78,6 @@ class SlurmScheduler : public Scheduler {
 // `what` ("job", "node") otherwise.
 absl::Status ValidateSlurmName(std::string_view what, std::string_view name);
 
-}  // namespace vigil
+}  // namespace vigil::actuator
 
 #endif  // VIGIL_ACTUATOR_SLURM_SCHEDULER_H_

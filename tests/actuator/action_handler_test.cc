@@ -13,7 +13,7 @@
 #include "notify/signing.h"
 #include "tests/actuator/test_util.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 using ::nlohmann::json;
@@ -433,4 +433,4 @@ TEST(AuditLogTest, BadPathsAreErrors) {
 }
 
 }  // namespace
-}  // namespace vigil
+}  // namespace vigil::actuator

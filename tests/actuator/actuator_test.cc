@@ -8,7 +8,7 @@
 #include "notify/signing.h"
 #include "tests/actuator/test_util.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 using ::nlohmann::json;
@@ -203,4 +203,4 @@ TEST_F(ActuatorServiceTest, UnusableSettingsStopTheStart) {
 }
 
 }  // namespace
-}  // namespace vigil
+}  // namespace vigil::actuator

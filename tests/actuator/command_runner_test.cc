@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/actuator/test_util.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 using ::testing::HasSubstr;
@@ -117,4 +117,4 @@ TEST(CommandRunnerTest, CommandLineQuotesForDisplay) {
 }
 
 }  // namespace
-}  // namespace vigil
+}  // namespace vigil::actuator

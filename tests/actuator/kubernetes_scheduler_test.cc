@@ -15,7 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/actuator/test_util.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 using ::nlohmann::json;
@@ -450,4 +450,4 @@ TEST_F(KubernetesSchedulerTest, OptionsAreValidated) {
 }
 
 }  // namespace
-}  // namespace vigil
+}  // namespace vigil::actuator

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "tests/actuator/test_util.h"
 
-namespace vigil {
+namespace vigil::actuator {
 namespace {
 
 using ::testing::ElementsAre;
@@ -318,4 +318,4 @@ TEST_F(SlurmSchedulerTest, AMissingClientProgramIsUnavailable) {
 }
 
 }  // namespace
-}  // namespace vigil
+}  // namespace vigil::actuator
