@@ -39,8 +39,9 @@ class Fds {
 };
 
 // Reads what is available on `fd` into `sink` (keeping at most `max`
-// bytes); closes `fd` at end of stream or on a read error.
-void Drain(int& fd, std::string& sink, size_t max) {
+// bytes, setting `*truncated` when more came); closes `fd` at end of
+// stream or on a read error.
+void Drain(int& fd, std::string& sink, size_t max, bool* truncated) {
   char buffer[4096];
   ssize_t n = read(fd, buffer, sizeof(buffer));
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -50,9 +51,30 @@ void Drain(int& fd, std::string& sink, size_t max) {
   }
   size_t room = sink.size() < max ? max - sink.size() : 0;
   sink.append(buffer, std::min(room, static_cast<size_t>(n)));
-  if (static_cast<size_t>(n) > room && !sink.ends_with(kTruncated)) {
+  if (static_cast<size_t>(n) > room && !*truncated) {
     sink.append(kTruncated);
+    *truncated = true;
   }
+}
+
+// The inherited environment with `extra` on top: "NAME=value" sets, a bare
+// "NAME" unsets. The strings live in `extra` and `environ`; the result is
+// null-terminated.
+std::vector<char*> Environment(const std::vector<std::string>& extra) {
+  std::vector<char*> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view inherited(*entry);
+    std::string_view name = inherited.substr(0, inherited.find('='));
+    bool replaced = std::any_of(extra.begin(), extra.end(), [&](const std::string& e) {
+      return e.starts_with(name) && (e.size() == name.size() || e[name.size()] == '=');
+    });
+    if (!replaced) env.push_back(*entry);
+  }
+  for (const std::string& entry : extra) {
+    if (entry.find('=') != std::string::npos) env.push_back(const_cast<char*>(entry.c_str()));
+  }
+  env.push_back(nullptr);
+  return env;
 }
 
 int ExitCode(int wait_status) {
@@ -126,11 +148,14 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   std::vector<char*> args;
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> env;
+  if (!options.environment.empty()) env = Environment(options.environment);
+  char** envp = options.environment.empty() ? environ : env.data();
   pid_t pid = -1;
   int spawn_error =
       argv[0].find('/') != std::string::npos
-          ? posix_spawn(&pid, args[0], &actions, &attributes, args.data(), environ)
-          : posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), environ);
+          ? posix_spawn(&pid, args[0], &actions, &attributes, args.data(), envp)
+          : posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), envp);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   Fds::CloseFd(fds[1]);
@@ -146,6 +171,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   }
 
   CommandResult result;
+  bool out_truncated = false;
+  bool err_truncated = false;
   double deadline = clock.Now() + options.timeout_seconds;
   bool timed_out = false;
   while (fds[0] >= 0 || fds[2] >= 0) {
@@ -156,8 +183,12 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
       for (int reads = 0; reads < 16; ++reads) {
         pollfd polled[2] = {{fds[0], POLLIN, 0}, {fds[2], POLLIN, 0}};
         if (poll(polled, 2, 0) <= 0) break;
-        if (polled[0].revents != 0) Drain(fds[0], result.out, options.max_output_bytes);
-        if (polled[1].revents != 0) Drain(fds[2], result.err, options.max_output_bytes);
+        if (polled[0].revents != 0) {
+          Drain(fds[0], result.out, options.max_output_bytes, &out_truncated);
+        }
+        if (polled[1].revents != 0) {
+          Drain(fds[2], result.err, options.max_output_bytes, &err_truncated);
+        }
       }
       break;
     }
@@ -171,8 +202,12 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
       return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
     }
     if (ready <= 0) continue;
-    if (polled[0].revents != 0) Drain(fds[0], result.out, options.max_output_bytes);
-    if (polled[1].revents != 0) Drain(fds[2], result.err, options.max_output_bytes);
+    if (polled[0].revents != 0) {
+      Drain(fds[0], result.out, options.max_output_bytes, &out_truncated);
+    }
+    if (polled[1].revents != 0) {
+      Drain(fds[2], result.err, options.max_output_bytes, &err_truncated);
+    }
   }
 
   // Output closed: wait for the exit, still within the deadline (again
@@ -198,6 +233,7 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
         " s and was killed; stdout: ", result.out, "; stderr: ", result.err));
   }
   result.exit_code = ExitCode(wait_status);
+  result.truncated = out_truncated || err_truncated;
   return result;
 }
 

@@ -17,6 +17,8 @@ struct CommandResult {
   int exit_code = 0;
   std::string out;  // stdout, at most CommandOptions::max_output_bytes
   std::string err;  // stderr, likewise
+  // True when stdout or stderr went over max_output_bytes and was cut.
+  bool truncated = false;
 };
 
 struct CommandOptions {
@@ -26,11 +28,14 @@ struct CommandOptions {
   // Output beyond this many bytes per stream is read and dropped, with
   // "[... truncated]" appended. Default 64 KiB.
   size_t max_output_bytes = 64 * 1024;
+  // Changes to the inherited environment: "NAME=value" sets NAME (replacing
+  // an inherited value), a bare "NAME" removes it. Default none.
+  std::vector<std::string> environment;
 };
 
 // Runs argv[0] (looked up in PATH when it has no '/') with `argv`, stdin
 // from /dev/null and the environment inherited, in a process group of its
-// own, and waits for it. A non-zero exit is a result, not an error.
+// own (plus options.environment), and waits for it. A non-zero exit is a result, not an error.
 // kInvalidArgument for an empty argv; kNotFound when the program does not
 // exist or cannot be executed; kDeadlineExceeded (with what it printed so
 // far) when it ran past the timeout and was killed; kInternal when pipes or

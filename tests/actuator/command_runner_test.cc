@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -59,6 +60,29 @@ TEST(CommandRunnerTest, LongOutputIsTruncated) {
       RunCommand({"sh", "-c", "seq 1 100000"}, options, clock);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->out, "1\n2\n3\n4\n5\n[... truncated]");
+  EXPECT_TRUE(result->truncated);
+  absl::StatusOr<CommandResult> short_output = RunCommand({"echo", "12345678"}, options, clock);
+  ASSERT_TRUE(short_output.ok()) << short_output.status();
+  EXPECT_FALSE(short_output->truncated);
+}
+
+TEST(CommandRunnerTest, TheEnvironmentCanBeSetAndUnset) {
+  FakeClock clock;
+  setenv("VIGIL_TEST_KEEP", "kept", 1);
+  setenv("VIGIL_TEST_DROP", "inherited", 1);
+  setenv("VIGIL_TEST_SET", "inherited", 1);
+  CommandOptions options = Options();
+  options.environment = {"VIGIL_TEST_SET=new=value", "VIGIL_TEST_DROP", "VIGIL_TEST_NEW=x"};
+  absl::StatusOr<CommandResult> result = RunCommand(
+      {"sh", "-c",
+       "echo \"$VIGIL_TEST_KEEP|${VIGIL_TEST_DROP-unset}|$VIGIL_TEST_SET|$VIGIL_TEST_NEW\"; "
+       "env | grep -c '^VIGIL_TEST_SET='"},
+      options, clock);
+  unsetenv("VIGIL_TEST_KEEP");
+  unsetenv("VIGIL_TEST_DROP");
+  unsetenv("VIGIL_TEST_SET");
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->out, "kept|unset|new=value|x\n1\n");
 }
 
 TEST(CommandRunnerTest, AMissingProgramIsNotFound) {
