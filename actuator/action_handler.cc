@@ -61,6 +61,8 @@ json BodyFields(std::string_view body) {
   return fields;
 }
 
+}  // namespace
+
 bool IsJsonContentType(std::string_view content_type) {
   std::string media(absl::StripAsciiWhitespace(
       absl::string_view(content_type.data(), content_type.size())
@@ -68,8 +70,6 @@ bool IsJsonContentType(std::string_view content_type) {
   absl::AsciiStrToLower(&media);
   return media.empty() || media == "application/json";
 }
-
-}  // namespace
 
 absl::StatusOr<ActionRequest> ParseActionRequest(
     std::string_view body, double default_checkpoint_timeout_seconds) {

@@ -35,7 +35,7 @@ struct ActionHandlerOptions {
   std::function<void(const nlohmann::json& record)> on_record;
 };
 
-// One POST /v1/actions as it arrived.
+// One signed POST (/v1/actions, /v1/jobs/query) as it arrived.
 struct WebhookRequest {
   std::string timestamp;        // X-Vigil-Timestamp
   std::string signature;        // X-Vigil-Signature
@@ -53,6 +53,10 @@ struct WebhookReply {
   // same id (sent as the header Idempotent-Replayed: true).
   bool replayed = false;
 };
+
+// True when `content_type` is application/json (parameters and case
+// ignored) or empty.
+bool IsJsonContentType(std::string_view content_type);
 
 // The action in `body` with defaults applied (received_at is left 0).
 // kInvalidArgument naming the bad field: not JSON, not an object, id

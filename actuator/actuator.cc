@@ -243,10 +243,19 @@ absl::StatusOr<std::unique_ptr<Actuator>> Actuator::Start(const ActuatorOptions&
     std::fprintf(stderr, "vigil-actuator: skipped %d malformed line(s) of %s\n",
                  actuator->audit_->skipped_lines(), options.audit_log.c_str());
   }
+  JobQueryHandlerOptions query_options;
+  query_options.secret = handler_options.secret;
+  query_options.replay_window_seconds = options.replay_window_seconds;
+  // Queries are not audited; what went wrong is still worth a line.
+  query_options.on_failure = [](const std::string& line) {
+    std::fprintf(stderr, "vigil-actuator: %s\n", line.c_str());
+  };
   actuator->handler_ = std::make_unique<ActionHandler>(
       std::move(handler_options), *actuator->scheduler_, *actuator->audit_, clock);
+  actuator->queries_ = std::make_unique<JobQueryHandler>(std::move(query_options),
+                                                         *actuator->scheduler_, clock);
   actuator->http_ = std::make_unique<ActuatorHttpServer>(
-      *actuator->handler_, std::string(actuator->scheduler_->Name()));
+      *actuator->handler_, *actuator->queries_, std::string(actuator->scheduler_->Name()));
   VIGIL_RETURN_IF_ERROR(actuator->http_->Start(options.listen));
   return actuator;
 }

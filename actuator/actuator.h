@@ -1,5 +1,6 @@
 // vigil-actuator as a library: options, building the chosen backend, and
-// the running service (audit log + handler + HTTP endpoint).
+// the running service (audit log + action and query handlers + HTTP
+// endpoint).
 #ifndef VIGIL_ACTUATOR_ACTUATOR_H_
 #define VIGIL_ACTUATOR_ACTUATOR_H_
 
@@ -11,6 +12,7 @@
 #include "actuator/action_handler.h"
 #include "actuator/audit_log.h"
 #include "actuator/http_server.h"
+#include "actuator/job_query_handler.h"
 #include "actuator/kubernetes_scheduler.h"
 #include "actuator/scheduler.h"
 #include "actuator/slurm_scheduler.h"
@@ -71,6 +73,8 @@ class Actuator {
   std::string_view backend() const { return scheduler_->Name(); }
   // Done actions answered from memory/the audit log rather than redone.
   size_t remembered_answers() const { return handler_->remembered_answers(); }
+  // How job-state queries went.
+  JobQueryCounters job_queries() const { return queries_->counters(); }
   // Stops serving; in-flight requests finish first.
   void Stop();
 
@@ -80,6 +84,7 @@ class Actuator {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<ActionHandler> handler_;
+  std::unique_ptr<JobQueryHandler> queries_;
   std::unique_ptr<ActuatorHttpServer> http_;
 };
 

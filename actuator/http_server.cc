@@ -9,7 +9,8 @@
 namespace vigil::actuator {
 namespace {
 
-// Action requests are a few hundred bytes.
+// Action requests are a few hundred bytes; a query of 1000 jobs of 256
+// bytes is about 260 KB.
 constexpr size_t kMaxBodyBytes = 1 << 20;
 
 void SendJson(httplib::Response& response, int status, const nlohmann::json& body) {
@@ -17,6 +18,18 @@ void SendJson(httplib::Response& response, int status, const nlohmann::json& bod
   response.set_content(
       body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
       "application/json");
+}
+
+// The signed request's parts, as both POST handlers take them.
+WebhookRequest ToWebhookRequest(const httplib::Request& request) {
+  WebhookRequest webhook;
+  webhook.timestamp = request.get_header_value("X-Vigil-Timestamp");
+  webhook.signature = request.get_header_value("X-Vigil-Signature");
+  webhook.idempotency_key = request.get_header_value("Idempotency-Key");
+  webhook.content_type = request.get_header_value("Content-Type");
+  webhook.body = request.body;
+  webhook.remote = absl::StrCat(request.remote_addr, ":", request.remote_port);
+  return webhook;
 }
 
 }  // namespace
@@ -42,8 +55,9 @@ absl::Status SplitHostPort(const std::string& address, std::string* host, int* p
   return absl::OkStatus();
 }
 
-ActuatorHttpServer::ActuatorHttpServer(ActionHandler& handler, std::string backend)
-    : handler_(handler), backend_(std::move(backend)) {}
+ActuatorHttpServer::ActuatorHttpServer(ActionHandler& handler, JobQueryHandler& queries,
+                                       std::string backend)
+    : handler_(handler), queries_(queries), backend_(std::move(backend)) {}
 
 ActuatorHttpServer::~ActuatorHttpServer() { Stop(); }
 
@@ -55,22 +69,28 @@ absl::Status ActuatorHttpServer::Start(const std::string& listen) {
   server_->set_payload_max_length(kMaxBodyBytes);
   server_->Post("/v1/actions", [this](const httplib::Request& request,
                                       httplib::Response& response) {
-    WebhookRequest webhook;
-    webhook.timestamp = request.get_header_value("X-Vigil-Timestamp");
-    webhook.signature = request.get_header_value("X-Vigil-Signature");
-    webhook.idempotency_key = request.get_header_value("Idempotency-Key");
-    webhook.content_type = request.get_header_value("Content-Type");
-    webhook.body = request.body;
-    webhook.remote = absl::StrCat(request.remote_addr, ":", request.remote_port);
-    WebhookReply reply = handler_.Handle(webhook);
+    WebhookReply reply = handler_.Handle(ToWebhookRequest(request));
     if (reply.replayed) response.set_header("Idempotent-Replayed", "true");
     SendJson(response, reply.http_status, reply.body);
   });
+  server_->Post("/v1/jobs/query", [this](const httplib::Request& request,
+                                         httplib::Response& response) {
+    WebhookReply reply = queries_.Handle(ToWebhookRequest(request));
+    SendJson(response, reply.http_status, reply.body);
+  });
   server_->Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
+    JobQueryCounters queries = queries_.counters();
     SendJson(response, 200,
              {{"status", "ok"},
               {"backend", backend_},
-              {"remembered_answers", handler_.remembered_answers()}});
+              {"remembered_answers", handler_.remembered_answers()},
+              {"job_queries",
+               {{"answered", queries.answered},
+                {"jobs_answered", queries.jobs_answered},
+                {"unauthorized", queries.unauthorized},
+                {"bad_request", queries.bad_request},
+                {"unimplemented", queries.unimplemented},
+                {"failed", queries.failed}}}});
   });
   server_->set_error_handler([](const httplib::Request&, httplib::Response& response) {
     if (!response.body.empty()) return;

@@ -1,5 +1,6 @@
-// The actuator's HTTP endpoint: POST /v1/actions (to an ActionHandler) and
-// GET /healthz, on cpp-httplib.
+// The actuator's HTTP endpoint: POST /v1/actions (to an ActionHandler),
+// POST /v1/jobs/query (to a JobQueryHandler) and GET /healthz, on
+// cpp-httplib.
 #ifndef VIGIL_ACTUATOR_HTTP_SERVER_H_
 #define VIGIL_ACTUATOR_HTTP_SERVER_H_
 
@@ -10,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "actuator/action_handler.h"
+#include "actuator/job_query_handler.h"
 
 namespace httplib {
 class Server;
@@ -21,8 +23,10 @@ namespace vigil::actuator {
 // Start and Stop from one thread; requests are served on httplib's pool.
 class ActuatorHttpServer {
  public:
-  // `handler` must outlive this; `backend` is shown by /healthz.
-  ActuatorHttpServer(ActionHandler& handler, std::string backend);
+  // `handler` and `queries` must outlive this; `backend` is shown by
+  // /healthz.
+  ActuatorHttpServer(ActionHandler& handler, JobQueryHandler& queries,
+                     std::string backend);
   ~ActuatorHttpServer();  // stops
 
   // Binds `listen` ("host:port"; port 0 picks a free one) and serves in a
@@ -36,6 +40,7 @@ class ActuatorHttpServer {
 
  private:
   ActionHandler& handler_;
+  JobQueryHandler& queries_;
   const std::string backend_;
   std::unique_ptr<httplib::Server> server_;
   std::thread serving_;

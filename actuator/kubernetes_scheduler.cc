@@ -5,17 +5,22 @@
 #include <cmath>
 #include <condition_variable>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "notify/signing.h"
 
 namespace vigil::actuator {
 namespace {
@@ -271,6 +276,87 @@ json JobSummary(const json& job) {
           {"vigil_annotations", vigil_annotations}};
 }
 
+// Unix seconds of an RFC 3339 timestamp ("2026-12-02T14:20:49Z"), or
+// nullopt when `value` is not one.
+std::optional<double> ParseRfc3339(const json& value) {
+  if (!value.is_string()) return std::nullopt;
+  absl::Time time;
+  std::string error;
+  if (!absl::ParseTime(absl::RFC3339_full, value.get<std::string>(), &time, &error)) {
+    return std::nullopt;
+  }
+  return absl::ToDoubleSeconds(time - absl::UnixEpoch());
+}
+
+// The "True" condition of `job` whose type ends the Job, or null.
+const json* EndingCondition(const json& job) {
+  const json& conditions = At(At(job, "status"), "conditions");
+  if (!conditions.is_array()) return nullptr;
+  for (const json& condition : conditions) {
+    const json& type = At(condition, "type");
+    // Complete and Failed end a Job; SuccessCriteriaMet and FailureTarget
+    // (Kubernetes 1.31+) say its pods are being terminated to end it.
+    bool ends = type == "Complete" || type == "Failed" || type == "SuccessCriteriaMet" ||
+                type == "FailureTarget";
+    if (ends && At(condition, "status") == "True") return &condition;
+  }
+  return nullptr;
+}
+
+// The answer for a Job (`job`, as the API returned it) from its pods.
+JobStatus JobStatusOf(const json& job, const std::vector<const json*>& pods) {
+  JobStatus status;
+  const json& metadata = At(job, "metadata");
+  std::string name_space =
+      At(metadata, "namespace").is_string() ? At(metadata, "namespace").get<std::string>() : "";
+  status.name = At(metadata, "name").is_string() ? At(metadata, "name").get<std::string>() : "";
+  status.job_id = absl::StrCat(name_space, "/", status.name);
+  // Pod phases in the order that decides: a Job with one pod running runs.
+  std::map<std::string, std::set<std::string>> nodes_by_phase;
+  for (const json* pod : pods) {
+    const json& phase = At(At(*pod, "status"), "phase");
+    const json& node = At(At(*pod, "spec"), "nodeName");
+    std::set<std::string>& nodes =
+        nodes_by_phase[phase.is_string() ? phase.get<std::string>() : "Unknown"];
+    if (node.is_string() && !node.get<std::string>().empty()) nodes.insert(node.get<std::string>());
+  }
+  auto take_nodes = [&](std::initializer_list<const char*> phases) {
+    std::set<std::string> nodes;
+    for (const char* phase : phases) {
+      auto it = nodes_by_phase.find(phase);
+      if (it != nodes_by_phase.end()) nodes.insert(it->second.begin(), it->second.end());
+    }
+    status.nodes.assign(nodes.begin(), nodes.end());
+  };
+  if (const json* ending = EndingCondition(job)) {
+    status.state = JobState::kEnded;
+    status.scheduler_state = At(*ending, "type").get<std::string>();
+    status.end_time = ParseRfc3339(At(At(job, "status"), "completionTime"));
+    if (!status.end_time) status.end_time = ParseRfc3339(At(*ending, "lastTransitionTime"));
+    take_nodes({"Running", "Pending", "Succeeded", "Failed", "Unknown"});
+  } else if (At(At(job, "spec"), "suspend") == true) {
+    status.state = JobState::kSuspended;
+    status.scheduler_state = "Suspended";
+    take_nodes({"Running", "Pending", "Unknown"});  // pods still being deleted
+  } else if (nodes_by_phase.count("Running")) {
+    status.state = JobState::kRunning;
+    status.scheduler_state = "Running";
+    take_nodes({"Running"});
+  } else if (nodes_by_phase.count("Unknown")) {
+    // The kubelet of its node stopped reporting: no conclusion.
+    status.state = JobState::kUnknown;
+    status.scheduler_state = "Unknown";
+    take_nodes({"Unknown"});
+  } else {
+    // Pods waiting to start, or none yet / between pods: the controller
+    // starts more or marks the Job done.
+    status.state = JobState::kPending;
+    status.scheduler_state = "Pending";
+    take_nodes({"Pending"});
+  }
+  return status;
+}
+
 }  // namespace
 
 absl::Status ValidateKubernetesOptions(const KubernetesOptions& options) {
@@ -408,6 +494,60 @@ absl::StatusOr<ActionOutcome> KubernetesScheduler::Report(
     report["job"] = JobSummary(current);
   }
   return ActionOutcome{absl::StrCat(transcript.text(), "\n", report.dump(2)), ""};
+}
+
+absl::StatusOr<std::vector<JobStatus>> KubernetesScheduler::QueryJobs(
+    const std::vector<std::string>& jobs) {
+  std::vector<JobRef> refs;
+  for (const std::string& job : jobs) {
+    VIGIL_ASSIGN_OR_RETURN(JobRef ref, ParseJob(job, options_.default_namespace));
+    refs.push_back(std::move(ref));
+  }
+  Transcript transcript;
+  ApiClient api(options_, transcript);
+  // Each Job once, then one pod list per namespace for all of its Jobs.
+  std::map<std::string, json> found;  // by "ns/name"; null: not found
+  std::map<std::string, std::set<std::string>> uids_by_namespace;
+  for (const JobRef& ref : refs) {
+    std::string key = absl::StrCat(ref.name_space, "/", ref.name);
+    if (found.count(key)) continue;
+    absl::StatusOr<json> job = api.Get(ref.Path());
+    if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
+    found[key] = job.ok() ? *job : json();
+    const json& uid = At(At(found[key], "metadata"), "uid");
+    if (uid.is_string()) uids_by_namespace[ref.name_space].insert(uid.get<std::string>());
+  }
+  std::map<std::string, std::vector<json>> pods_by_uid;
+  for (const auto& [name_space, uids] : uids_by_namespace) {
+    std::string selector = absl::StrCat("controller-uid in (", absl::StrJoin(uids, ","), ")");
+    VIGIL_ASSIGN_OR_RETURN(
+        json pods, api.Get(absl::StrCat("/api/v1/namespaces/", name_space,
+                                        "/pods?labelSelector=", UrlEncode(selector))));
+    if (!At(pods, "items").is_array()) {
+      return transcript.Error(absl::StatusCode::kInternal,
+                              "the pod list has no items array");
+    }
+    for (const json& pod : pods["items"]) {
+      const json& uid = At(At(At(pod, "metadata"), "labels"), "controller-uid");
+      if (uid.is_string()) pods_by_uid[uid.get<std::string>()].push_back(pod);
+    }
+  }
+  std::vector<JobStatus> answers;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const json& job = found[absl::StrCat(refs[i].name_space, "/", refs[i].name)];
+    JobStatus status;
+    if (!job.is_null()) {
+      std::vector<const json*> pods;
+      const json& uid = At(At(job, "metadata"), "uid");
+      if (uid.is_string()) {
+        for (const json& pod : pods_by_uid[uid.get<std::string>()]) pods.push_back(&pod);
+      }
+      status = JobStatusOf(job, pods);
+    }
+    status.job = jobs[i];
+    answers.push_back(std::move(status));
+  }
+  return answers;
 }
 
 }  // namespace vigil::actuator

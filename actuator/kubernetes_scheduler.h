@@ -1,11 +1,13 @@
 // Performs actions through the Kubernetes API over HTTPS with a bearer
 // token: cordon/uncordon by patching the Node, pause by suspending the
-// batch/v1 Job. Requests, RBAC and the checkpoint protocol:
+// batch/v1 Job; answers job-state queries from the Job and its pods.
+// Requests, RBAC, state mapping and the checkpoint protocol:
 // actuator/README.md.
 #ifndef VIGIL_ACTUATOR_KUBERNETES_SCHEDULER_H_
 #define VIGIL_ACTUATOR_KUBERNETES_SCHEDULER_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,6 +55,10 @@ class KubernetesScheduler : public Scheduler {
   absl::StatusOr<ActionOutcome> Cordon(const ActionRequest& request) override;
   absl::StatusOr<ActionOutcome> Uncordon(const ActionRequest& request) override;
   absl::StatusOr<ActionOutcome> Report(const ActionRequest& request) override;
+  // GET of each Job, then one pod list per namespace (label controller-uid)
+  // for pod phases and node names.
+  absl::StatusOr<std::vector<JobStatus>> QueryJobs(
+      const std::vector<std::string>& jobs) override;
 
  private:
   absl::StatusOr<ActionOutcome> PatchNode(const ActionRequest& request,

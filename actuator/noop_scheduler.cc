@@ -45,4 +45,10 @@ absl::StatusOr<ActionOutcome> NoopScheduler::Report(
   return WouldDo(what);
 }
 
+absl::StatusOr<std::vector<JobStatus>> NoopScheduler::QueryJobs(
+    const std::vector<std::string>&) {
+  return absl::UnimplementedError(
+      "the noop backend has no scheduler to ask about jobs");
+}
+
 }  // namespace vigil::actuator

@@ -7,7 +7,9 @@
 namespace vigil::actuator {
 
 // Every action succeeds at once with a detail starting "dry run: would";
-// checkpoint actions report checkpoint "skipped". Thread-safe (stateless).
+// checkpoint actions report checkpoint "skipped". Queries are
+// kUnimplemented: there is no scheduler to tell the truth about jobs.
+// Thread-safe (stateless).
 class NoopScheduler : public Scheduler {
  public:
   std::string_view Name() const override { return "noop"; }
@@ -17,6 +19,8 @@ class NoopScheduler : public Scheduler {
   absl::StatusOr<ActionOutcome> Cordon(const ActionRequest& request) override;
   absl::StatusOr<ActionOutcome> Uncordon(const ActionRequest& request) override;
   absl::StatusOr<ActionOutcome> Report(const ActionRequest& request) override;
+  absl::StatusOr<std::vector<JobStatus>> QueryJobs(
+      const std::vector<std::string>& jobs) override;
 };
 
 }  // namespace vigil::actuator

@@ -16,6 +16,24 @@ constexpr std::array<std::pair<ActionType, std::string_view>, 5> kNames = {{
 
 }  // namespace
 
+std::string_view JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kRunning:
+      return "running";
+    case JobState::kSuspended:
+      return "suspended";
+    case JobState::kPending:
+      return "pending";
+    case JobState::kEnded:
+      return "ended";
+    case JobState::kNotFound:
+      return "not_found";
+    case JobState::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
 std::string_view ActionTypeName(ActionType type) {
   for (const auto& [t, name] : kNames) {
     if (t == type) return name;

@@ -1,5 +1,6 @@
-// The remediation actions Vigil asks for, and the seam to the scheduler
-// that performs them (Slurm, Kubernetes, or a dry run).
+// The remediation actions Vigil asks for, the job-state query, and the seam
+// to the scheduler that performs and answers them (Slurm, Kubernetes, or a
+// dry run).
 #ifndef VIGIL_ACTUATOR_SCHEDULER_H_
 #define VIGIL_ACTUATOR_SCHEDULER_H_
 
@@ -7,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -54,6 +56,42 @@ struct ActionOutcome {
   std::string checkpoint;
 };
 
+// What a job is doing, as the job-state query reports it (POST
+// /v1/jobs/query, actuator/README.md has each backend's mapping).
+enum class JobState : uint8_t {
+  kRunning,    // "running": its processes run on `nodes`
+  kSuspended,  // "suspended": stopped in place (Slurm suspend, k8s suspend)
+  kPending,    // "pending": waiting to start or to start again (requeued)
+  kEnded,      // "ended": finished, failed, cancelled, or its processes are
+               // ending; it will not run again as this job
+  kNotFound,   // "not_found": the scheduler does not know it (never existed,
+               // or forgotten since it ended)
+  kUnknown,    // "unknown": a state this code does not know; the raw one is
+               // in scheduler_state. Neither alive nor ended: no conclusion.
+};
+
+// The wire name of `state` ("running", ...).
+std::string_view JobStateName(JobState state);
+
+// One job as the scheduler sees it.
+struct JobStatus {
+  std::string job;     // as asked
+  std::string job_id;  // the job answered for (e.g. the newest of a name);
+                       // empty when not_found
+  std::string name;    // the job's name
+  JobState state = JobState::kNotFound;
+  // The scheduler's own word: "RUNNING", "COMPLETED", "NODE_FAIL" (Slurm),
+  // "Running", "Complete", "Failed" (Kubernetes). Empty when not_found.
+  std::string scheduler_state;
+  // Host names (expanded, sorted, no repeats) of the job's tasks in
+  // `state`: where it runs or is suspended; where it ran, once ended, as
+  // long as the scheduler still says.
+  std::vector<std::string> nodes;
+  std::string user;  // who submitted it; empty when the scheduler has none
+  // Unix seconds it ended; only for ended jobs, when the scheduler says.
+  std::optional<double> end_time;
+};
+
 // Performs actions on one scheduler. Every method blocks until the action
 // is done or failed; implementations are safe for concurrent use.
 //
@@ -81,6 +119,15 @@ class Scheduler {
       const ActionRequest& request) = 0;
   // The scheduler's view of `request.node` and/or `request.job`.
   virtual absl::StatusOr<ActionOutcome> Report(const ActionRequest& request) = 0;
+
+  // The state of each of `jobs` (ids or names, as the backend reads them),
+  // in the same order; a job the scheduler does not know is kNotFound, not
+  // an error. Read-only. kInvalidArgument when a job cannot be passed on
+  // safely (the message names it); kUnimplemented when the backend has no
+  // scheduler to ask (noop); anything else: the scheduler command or API
+  // failed (the message says what was run and what it printed).
+  virtual absl::StatusOr<std::vector<JobStatus>> QueryJobs(
+      const std::vector<std::string>& jobs) = 0;
 };
 
 // Calls the method of `scheduler` that performs `request.type`.

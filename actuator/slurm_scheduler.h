@@ -1,10 +1,12 @@
 // Performs actions on Slurm by running its client programs (scontrol,
-// squeue, scancel) directly, never through a shell. Commands and the
-// checkpoint protocol: actuator/README.md.
+// squeue, scancel) directly, never through a shell, and answers job-state
+// queries with squeue. Commands, state mapping and the checkpoint protocol:
+// actuator/README.md.
 #ifndef VIGIL_ACTUATOR_SLURM_SCHEDULER_H_
 #define VIGIL_ACTUATOR_SLURM_SCHEDULER_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,7 +34,7 @@ struct SlurmOptions {
 };
 
 // Slurm backend. Job names map to ids with squeue (every matching job is
-// acted on). Thread-safe.
+// acted on; a query answers for the newest). Thread-safe.
 class SlurmScheduler : public Scheduler {
  public:
   // `clock` must outlive this.
@@ -45,6 +47,10 @@ class SlurmScheduler : public Scheduler {
   absl::StatusOr<ActionOutcome> Cordon(const ActionRequest& request) override;
   absl::StatusOr<ActionOutcome> Uncordon(const ActionRequest& request) override;
   absl::StatusOr<ActionOutcome> Report(const ActionRequest& request) override;
+  // One squeue for all the ids and one for all the names (defined in
+  // slurm_job_query.cc).
+  absl::StatusOr<std::vector<JobStatus>> QueryJobs(
+      const std::vector<std::string>& jobs) override;
 
  private:
   class Transcript;
@@ -77,6 +83,11 @@ class SlurmScheduler : public Scheduler {
 // A-Z a-z 0-9 . _ - and not starting with '-'. kInvalidArgument naming
 // `what` ("job", "node") otherwise.
 absl::Status ValidateSlurmName(std::string_view what, std::string_view name);
+
+// What a Slurm job state, as squeue's %T prints it ("RUNNING", "NODE_FAIL",
+// ...), means for a query; kUnknown for a state not in the table of
+// actuator/README.md.
+JobState SlurmJobState(std::string_view state);
 
 }  // namespace vigil::actuator
 

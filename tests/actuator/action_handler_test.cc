@@ -35,6 +35,9 @@ class FakeScheduler : public Scheduler {
   absl::StatusOr<ActionOutcome> Cordon(const ActionRequest& r) override { return Record(r); }
   absl::StatusOr<ActionOutcome> Uncordon(const ActionRequest& r) override { return Record(r); }
   absl::StatusOr<ActionOutcome> Report(const ActionRequest& r) override { return Record(r); }
+  absl::StatusOr<std::vector<JobStatus>> QueryJobs(const std::vector<std::string>&) override {
+    return absl::UnimplementedError("no queries here");
+  }
 
   void SetResult(absl::StatusOr<ActionOutcome> result) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -126,13 +126,14 @@ class ActuatorServiceTest : public ::testing::Test {
     options_.audit_log = dir_.File("audit.jsonl");
   }
 
-  httplib::Result Post(int port, const std::string& body, const std::string& secret) {
+  httplib::Result Post(int port, const std::string& body, const std::string& secret,
+                       const std::string& path = "/v1/actions") {
     int64_t ts = static_cast<int64_t>(clock_.Now());
     httplib::Client client("127.0.0.1", port);
     httplib::Headers headers = {{"X-Vigil-Timestamp", std::to_string(ts)},
                                 {"X-Vigil-Signature", SignWebhook(secret, ts, body)},
                                 {"Idempotency-Key", "k1"}};
-    return client.Post("/v1/actions", headers, body, "application/json");
+    return client.Post(path.c_str(), headers, body, "application/json");
   }
 
   ScratchDir dir_;
@@ -174,7 +175,9 @@ TEST_F(ActuatorServiceTest, ServesSignedActionsOverHttp) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   EXPECT_EQ(json::parse(health->body),
-            json({{"status", "ok"}, {"backend", "noop"}, {"remembered_answers", 1}}));
+            json::parse(R"({"status": "ok", "backend": "noop", "remembered_answers": 1,
+                "job_queries": {"answered": 0, "jobs_answered": 0, "unauthorized": 0,
+                                "bad_request": 0, "unimplemented": 0, "failed": 0}})"));
   httplib::Result missing = client.Get("/v2/nothing");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
@@ -187,6 +190,33 @@ TEST_F(ActuatorServiceTest, ServesSignedActionsOverHttp) {
   httplib::Result after_restart = Post((*restarted)->port(), body, "shared-secret");
   ASSERT_TRUE(after_restart);
   EXPECT_EQ(after_restart->get_header_value("Idempotent-Replayed"), "true");
+}
+
+TEST_F(ActuatorServiceTest, ServesSignedJobQueriesOverHttp) {
+  absl::StatusOr<std::unique_ptr<Actuator>> actuator = Actuator::Start(options_, clock_);
+  ASSERT_TRUE(actuator.ok()) << actuator.status();
+  int port = (*actuator)->port();
+  std::string body = R"({"jobs": ["12345", "llama-70b"]})";
+  // The noop backend has no scheduler to ask.
+  httplib::Result noop = Post(port, body, "shared-secret", "/v1/jobs/query");
+  ASSERT_TRUE(noop);
+  EXPECT_EQ(noop->status, 501);
+  EXPECT_EQ(noop->get_header_value("Content-Type"), "application/json");
+  EXPECT_THAT(json::parse(noop->body)["error"].get<std::string>(), HasSubstr("no scheduler"));
+  httplib::Result forged = Post(port, body, "guessed", "/v1/jobs/query");
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(forged->status, 401);
+  httplib::Result malformed = Post(port, R"({"jobs": [12345]})", "shared-secret",
+                                   "/v1/jobs/query");
+  ASSERT_TRUE(malformed);
+  EXPECT_EQ(malformed->status, 400);
+  EXPECT_EQ(json::parse(malformed->body)["error"], "jobs[0]: must be a string");
+  JobQueryCounters counters = (*actuator)->job_queries();
+  EXPECT_EQ(counters.unimplemented, 1u);
+  EXPECT_EQ(counters.unauthorized, 1u);
+  EXPECT_EQ(counters.bad_request, 1u);
+  // Queries are not actions: nothing in the audit log.
+  EXPECT_EQ(testing::ReadFile(options_.audit_log), "");
 }
 
 TEST_F(ActuatorServiceTest, UnusableSettingsStopTheStart) {

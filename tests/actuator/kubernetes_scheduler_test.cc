@@ -1,6 +1,7 @@
 // The Kubernetes backend against a local HTTPS API server (httplib
 // SSLServer, self-signed certificate made with the openssl CLI) that
-// records every request and applies merge patches like the real one.
+// records every request and applies merge patches like the real one; it
+// also lists the Job's pods for job-state queries.
 #include "actuator/kubernetes_scheduler.h"
 
 #include <atomic>
@@ -45,6 +46,7 @@ struct RecordedRequest {
   std::string accept;
   std::string content_type;
   json body;
+  std::string label_selector;  // of a pod list
 };
 
 json ApiStatus(int code, const std::string& reason, const std::string& message) {
@@ -84,6 +86,22 @@ class FakeApiServer {
                   [this](const httplib::Request& req, httplib::Response& res) {
                     Serve(req, res, job_, std::string(req.matches[1]) + "/" + std::string(req.matches[2]));
                   });
+    server_.Get(R"(/api/v1/namespaces/([^/]+)/pods)",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  std::lock_guard<std::mutex> lock(mu_);
+                  RecordedRequest recorded{req.method, req.path,
+                                           req.get_header_value("Authorization"),
+                                           req.get_header_value("Accept"), "", json()};
+                  recorded.label_selector = req.get_param_value("labelSelector");
+                  requests_.push_back(recorded);
+                  json list = {{"kind", "PodList"}, {"apiVersion", "v1"}, {"items", json::array()}};
+                  for (const json& pod : pods_) {
+                    if (pod["metadata"]["namespace"] == std::string(req.matches[1])) {
+                      list["items"].push_back(pod);
+                    }
+                  }
+                  res.set_content(list.dump(), "application/json");
+                });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] {
       server_.listen_after_bind();
@@ -112,6 +130,15 @@ class FakeApiServer {
   void SetNode(json node) {
     std::lock_guard<std::mutex> lock(mu_);
     node_ = std::move(node);
+  }
+  void SetJob(json job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = std::move(job);
+  }
+  // Pods listed by GET .../pods (each with metadata.namespace).
+  void SetPods(json pods) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pods_ = std::move(pods);
   }
   // Every request is answered with `status` and `body`.
   void FailWith(int status, json body) {
@@ -191,6 +218,7 @@ class FakeApiServer {
   std::mutex mu_;
   json node_;
   json job_;
+  json pods_ = json::array();
   std::vector<RecordedRequest> requests_;
   int fail_status_ = 0;
   json fail_body_;
@@ -447,6 +475,127 @@ TEST_F(KubernetesSchedulerTest, OptionsAreValidated) {
   KubernetesOptions bad_namespace = options_;
   bad_namespace.default_namespace = "Prod";
   EXPECT_EQ(ValidateKubernetesOptions(bad_namespace).code(), absl::StatusCode::kInvalidArgument);
+}
+
+json Pod(const std::string& name, const std::string& uid, const std::string& phase,
+         const std::string& node) {
+  json pod = {{"kind", "Pod"},
+              {"metadata", {{"name", name}, {"namespace", "ml"},
+                            {"labels", {{"controller-uid", uid}, {"job-name", "train"}}}}},
+              {"spec", json::object()},
+              {"status", {{"phase", phase}}}};
+  if (!node.empty()) pod["spec"]["nodeName"] = node;
+  return pod;
+}
+
+class KubernetesQueryTest : public KubernetesSchedulerTest {
+ protected:
+  KubernetesQueryTest() {
+    job_ = api_.job();
+    job_["metadata"]["uid"] = "uid-train";
+    api_.SetJob(job_);
+    api_.SetPods({Pod("train-a", "uid-train", "Running", "gpu-node-3"),
+                  Pod("train-b", "uid-train", "Running", "gpu-node-1"),
+                  Pod("train-c", "uid-train", "Pending", ""),
+                  Pod("train-old", "uid-train", "Failed", "gpu-node-9"),
+                  Pod("other", "uid-other", "Running", "gpu-node-5")});
+  }
+  JobStatus QueryOne(const std::string& job) {
+    absl::StatusOr<std::vector<JobStatus>> answers = Kube().QueryJobs({job});
+    EXPECT_TRUE(answers.ok()) << answers.status();
+    return answers.ok() && answers->size() == 1 ? answers->front() : JobStatus();
+  }
+
+  json job_;
+};
+
+TEST_F(KubernetesQueryTest, ARunningJobRunsOnItsRunningPodsNodes) {
+  absl::StatusOr<std::vector<JobStatus>> answers =
+      Kube().QueryJobs({"train", "ml/train", "missing", "other-ns/train"});
+  ASSERT_TRUE(answers.ok()) << answers.status();
+  ASSERT_EQ(answers->size(), 4u);
+  const JobStatus& train = (*answers)[0];
+  EXPECT_EQ(train.job, "train");
+  EXPECT_EQ(train.job_id, "ml/train");
+  EXPECT_EQ(train.name, "train");
+  EXPECT_EQ(train.state, JobState::kRunning);
+  EXPECT_EQ(train.scheduler_state, "Running");
+  EXPECT_THAT(train.nodes, ::testing::ElementsAre("gpu-node-1", "gpu-node-3"));
+  EXPECT_EQ(train.user, "");
+  EXPECT_FALSE(train.end_time);
+  EXPECT_EQ((*answers)[1].job, "ml/train");
+  EXPECT_EQ((*answers)[1].state, JobState::kRunning);
+  for (int i : {2, 3}) {
+    EXPECT_EQ((*answers)[i].state, JobState::kNotFound);
+    EXPECT_EQ((*answers)[i].job_id, "");
+  }
+  EXPECT_EQ((*answers)[2].job, "missing");
+  // Each Job read once; one pod list for the namespace that has Jobs.
+  std::vector<RecordedRequest> requests = api_.requests();
+  ASSERT_EQ(requests.size(), 4u);
+  EXPECT_EQ(requests[0].path, "/apis/batch/v1/namespaces/ml/jobs/train");
+  EXPECT_EQ(requests[1].path, "/apis/batch/v1/namespaces/ml/jobs/missing");
+  EXPECT_EQ(requests[2].path, "/apis/batch/v1/namespaces/other-ns/jobs/train");
+  EXPECT_EQ(requests[3].method, "GET");
+  EXPECT_EQ(requests[3].path, "/api/v1/namespaces/ml/pods");
+  EXPECT_EQ(requests[3].label_selector, "controller-uid in (uid-train)");
+  EXPECT_EQ(requests[3].authorization, "Bearer tok-1");
+}
+
+TEST_F(KubernetesQueryTest, SuspendedEndedPendingAndUnknownJobs) {
+  job_["spec"]["suspend"] = true;
+  api_.SetJob(job_);
+  JobStatus suspended = QueryOne("train");
+  EXPECT_EQ(suspended.state, JobState::kSuspended);
+  EXPECT_EQ(suspended.scheduler_state, "Suspended");
+
+  job_["spec"]["suspend"] = false;
+  job_["status"] = json::parse(R"({"succeeded": 4, "completionTime": "2026-12-02T14:20:49Z",
+      "conditions": [{"type": "Complete", "status": "True",
+                      "lastTransitionTime": "2026-12-02T14:20:50Z"}]})");
+  api_.SetJob(job_);
+  JobStatus complete = QueryOne("train");
+  EXPECT_EQ(complete.state, JobState::kEnded);
+  EXPECT_EQ(complete.scheduler_state, "Complete");
+  EXPECT_EQ(complete.end_time, 1796221249.0);
+  EXPECT_THAT(complete.nodes, ::testing::ElementsAre("gpu-node-1", "gpu-node-3", "gpu-node-9"));
+
+  job_["status"] = json::parse(R"({"failed": 1, "conditions": [
+      {"type": "Suspended", "status": "False"},
+      {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+       "lastTransitionTime": "2026-12-02T14:20:50Z"}]})");
+  api_.SetJob(job_);
+  JobStatus failed = QueryOne("train");
+  EXPECT_EQ(failed.state, JobState::kEnded);
+  EXPECT_EQ(failed.scheduler_state, "Failed");
+  EXPECT_EQ(failed.end_time, 1796221250.0);
+
+  job_["status"] = json::object();
+  api_.SetJob(job_);
+  api_.SetPods({Pod("train-a", "uid-train", "Pending", "gpu-node-3"),
+                Pod("train-b", "uid-train", "Pending", "")});
+  JobStatus pending = QueryOne("train");
+  EXPECT_EQ(pending.state, JobState::kPending);
+  EXPECT_EQ(pending.scheduler_state, "Pending");
+  EXPECT_THAT(pending.nodes, ::testing::ElementsAre("gpu-node-3"));
+
+  api_.SetPods({Pod("train-a", "uid-train", "Unknown", "gpu-node-3")});
+  JobStatus unknown = QueryOne("train");
+  EXPECT_EQ(unknown.state, JobState::kUnknown);
+  EXPECT_THAT(unknown.nodes, ::testing::ElementsAre("gpu-node-3"));
+
+  api_.SetPods(json::array());
+  EXPECT_EQ(QueryOne("train").state, JobState::kPending);
+}
+
+TEST_F(KubernetesQueryTest, BadNamesAndApiFailuresAreErrors) {
+  EXPECT_EQ(Kube().QueryJobs({"train", "Not_A_Name"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(api_.requests().empty());
+  api_.FailWith(403, ApiStatus(403, "Forbidden", "jobs.batch \"train\" is forbidden"));
+  absl::StatusOr<std::vector<JobStatus>> answers = Kube().QueryJobs({"train"});
+  EXPECT_EQ(answers.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(answers.status().message()), HasSubstr("is forbidden"));
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 # End to end: vigil-actuator with the slurm backend against a real
 # single-node Slurm on loopback. A batch job plays the training job: it
 # touches <checkpoint-dir>/<jobid>.checkpointed when SIGUSR1 arrives.
-# Signed webhooks are sent with curl, signed with openssl.
+# Signed webhooks and job-state queries are sent with curl, signed with
+# openssl; the query latency for 1 and 100 jobs is printed.
 # Usage: slurm_actuator_test.sh PATH/TO/vigil-actuator SOURCE_DIR
 # Fails (never skips) when Slurm, munge, curl or openssl is missing.
 set -euo pipefail
@@ -74,8 +75,71 @@ send() {
   reply=$(cat "$work/reply")
   replayed=$(tr -d '\r' < "$work/headers" | sed -n 's/^Idempotent-Replayed: //Ip')
 }
+# query JOBS_JSON [SECRET]: POSTs {"jobs": JOBS_JSON} to /v1/jobs/query
+# signed with SECRET; sets $code, $reply and $seconds (curl's total time).
+query() {
+  local body="{\"jobs\": $1}" key=${2:-$secret} ts signature out
+  ts=$(date +%s)
+  signature=$(printf '%s.%s' "$ts" "$body" | openssl dgst -sha256 -hmac "$key" -r | cut -d' ' -f1)
+  out=$(curl -sS -o "$work/reply" -w '%{http_code} %{time_total}' \
+    -H "X-Vigil-Timestamp: $ts" -H "X-Vigil-Signature: v1=$signature" \
+    -H 'Content-Type: application/json' --data-binary "$body" \
+    "http://127.0.0.1:$port/v1/jobs/query")
+  code=${out% *}
+  seconds=${out#* }
+  reply=$(cat "$work/reply")
+}
+# job_field INDEX FIELD: a field of the INDEX-th job of a query's $reply
+# (lists joined with commas).
+job_field() {
+  python3 -c 'import json,sys
+v = json.loads(sys.argv[1])["jobs"][int(sys.argv[2])][sys.argv[3]]
+print(",".join(v) if isinstance(v, list) else ("" if v is None else v))' "$reply" "$1" "$2"
+}
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2], ""))' "$reply" "$1"; }
 expect_code() { [ "$code" = "$1" ] || fail "$2: HTTP $code, expected $1: $reply"; }
+
+echo "== job-state query: job $job_id by id and by name runs on $node"
+query '["'$job_id'", "vigil-e2e", "999999", "no-such-job"]'
+expect_code 200 query
+[ "$(field scheduler)" = slurm ] || fail "query: $reply"
+for i in 0 1; do
+  [ "$(job_field $i job_id)" = "$job_id" ] || fail "query job $i: $reply"
+  [ "$(job_field $i state)" = running ] || fail "query job $i: $reply"
+  [ "$(job_field $i scheduler_state)" = RUNNING ] || fail "query job $i: $reply"
+  [ "$(job_field $i nodes)" = "$node" ] || fail "query job $i: $reply"
+  [ "$(job_field $i name)" = vigil-e2e ] || fail "query job $i: $reply"
+  [ "$(job_field $i user)" = "$(id -un)" ] || fail "query job $i: $reply"
+done
+[ "$(job_field 1 job)" = vigil-e2e ] || fail "query: answers out of order: $reply"
+for i in 2 3; do
+  [ "$(job_field $i state)" = not_found ] || fail "query job $i: $reply"
+done
+query '["'$job_id'"]' "not-the-secret"
+expect_code 401 "forged query"
+query '["a b"]'
+expect_code 400 "unsafe job name in a query"
+
+echo "== job-state query latency (real Slurm, 5 runs each)"
+held=""
+for i in $(seq 100); do
+  held="$held $(sbatch --parsable --hold --job-name "vigil-q$i" -o /dev/null --wrap 'sleep 300')"
+done
+ids=$(printf '"%s",' $held); ids="[${ids%,}]"
+names=$(for i in $(seq 100); do printf '"vigil-q%s",' "$i"; done); names="[${names%,}]"
+for what in "1 id:[\"$job_id\"]" "100 ids:$ids" "100 names:$names"; do
+  label=${what%%:*}
+  times=""
+  for _ in 1 2 3 4 5; do
+    query "${what#*:}"
+    expect_code 200 "query of $label"
+    times="$times $seconds"
+  done
+  echo "query of $label: seconds per request:$times"
+done
+[ "$(job_field 99 state)" = pending ] || fail "held job: $reply"
+[ "$(job_field 99 scheduler_state)" = PENDING ] || fail "held job: $reply"
+scancel $held
 
 echo "== cordon_node $node"
 cordon='{"id":"act-e2e-1","action":"cordon_node","incident_id":"inc-e2e","severity":"P1","job":"","node":"'$node'","reason":"XID 79 on GPU 3","requested_by":"e2e"}'
@@ -128,7 +192,21 @@ send '{"id":"act-e2e-5","action":"uncordon_node","incident_id":"inc-e2e","node":
 expect_code 200 uncordon
 case $(sinfo -h -n "$node" -o %T) in *drain*) fail "node still drained after uncordon" ;; esac
 
-echo "== every request is audited"
+echo "== every action request is audited; queries are not"
 lines=$(wc -l < "$work/audit.jsonl")
 [ "$lines" -ge 12 ] || fail "audit log has $lines lines"
+! grep -q 'jobs/query\|"jobs"' "$work/audit.jsonl" || fail "a query was audited"
+
+echo "== a cancelled job has ended"
+scancel "$job_id"
+for _ in $(seq 100); do
+  query '["'$job_id'", "vigil-e2e"]'
+  [ "$(job_field 0 state)" = ended ] && break
+  sleep 0.2
+done
+expect_code 200 "query after scancel"
+[ "$(job_field 0 state)" = ended ] || fail "query after scancel: $reply"
+[ "$(job_field 1 state)" = ended ] || fail "query by name after scancel: $reply"
+case $(job_field 0 scheduler_state) in CANCELLED|COMPLETING) ;; *) fail "scheduler_state: $reply" ;; esac
+[ -n "$(job_field 0 end_time)" ] || fail "no end_time: $reply"
 echo "PASS"

@@ -1,8 +1,10 @@
 // The Slurm backend against fake scontrol/squeue/scancel scripts that
-// record their exact argv and answer from files the test writes.
+// record their exact argv and answer from files the test writes: actions,
+// and job-state queries (squeue rows -> states, nodes, newest of a name).
 #include "actuator/slurm_scheduler.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "absl/strings/str_split.h"
@@ -15,6 +17,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using testing::ReadLines;
 using testing::ScratchDir;
 using testing::WriteFile;
@@ -315,6 +318,166 @@ TEST_F(SlurmSchedulerTest, AMissingClientProgramIsUnavailable) {
       Slurm().Cordon(Request(ActionType::kCordon, "", "n1"));
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(outcome.status().message()), HasSubstr("cannot run"));
+}
+
+// The squeue a query runs, with its filter ("--jobs=..." / "--name=...").
+Argv QueryArgv(const std::string& filter) {
+  Argv argv = {"squeue", "-h", "-a", "-r", "-t", "all", "-o", "%A|%F|%K|%i|%T|%V|%e|%u|%N|%j"};
+  if (!filter.empty()) argv.push_back(filter);
+  return argv;
+}
+
+// The fields of a JobStatus that a test compares, as one line.
+std::string Line(const JobStatus& s) {
+  std::string nodes;
+  for (const std::string& node : s.nodes) nodes += (nodes.empty() ? "" : ",") + node;
+  return s.job + " -> " + s.job_id + " " + std::string(JobStateName(s.state)) + " " +
+         s.scheduler_state + " [" + nodes + "] name=" + s.name + " user=" + s.user +
+         (s.end_time ? " end=" + std::to_string(static_cast<int64_t>(*s.end_time)) : "");
+}
+
+std::vector<std::string> Lines(const absl::StatusOr<std::vector<JobStatus>>& answers) {
+  std::vector<std::string> lines;
+  if (!answers.ok()) return {answers.status().ToString()};
+  for (const JobStatus& status : *answers) lines.push_back(Line(status));
+  return lines;
+}
+
+TEST_F(SlurmSchedulerTest, QueryAsksOnceForAllIdsAndOnceForAllNames) {
+  Answer(QueryArgv("--jobs=101,102,103"),
+         "101|101|N/A|101|RUNNING|1764000000|NONE|alice|gpu[003-004,001]|llama-70b\n"
+         "102|102|N/A|102|COMPLETED|1764000000|1764000600|bob|gpu007|eval\n");
+  Answer(QueryArgv("--name=llama-70b,nobody"),
+         "101|101|N/A|101|RUNNING|1764000000|NONE|alice|gpu[003-004,001]|llama-70b\n");
+  absl::StatusOr<std::vector<JobStatus>> answers =
+      Slurm().QueryJobs({"102", "llama-70b", "103", "101", "nobody", "102"});
+  EXPECT_THAT(Lines(answers),
+              ElementsAre("102 -> 102 ended COMPLETED [gpu007] name=eval user=bob end=1764000600",
+                          "llama-70b -> 101 running RUNNING [gpu001,gpu003,gpu004] "
+                          "name=llama-70b user=alice",
+                          "103 ->  not_found  [] name= user=",
+                          "101 -> 101 running RUNNING [gpu001,gpu003,gpu004] "
+                          "name=llama-70b user=alice",
+                          "nobody ->  not_found  [] name= user=",
+                          "102 -> 102 ended COMPLETED [gpu007] name=eval user=bob end=1764000600"));
+  EXPECT_THAT(Calls(), ElementsAre(QueryArgv("--jobs=101,102,103"),
+                                   QueryArgv("--name=llama-70b,nobody")));
+}
+
+TEST_F(SlurmSchedulerTest, QueryPrintsTimesAsUnixSecondsAndDropsInheritedFilters) {
+  setenv("SQUEUE_STATES", "RUNNING", 1);
+  setenv("SQUEUE_PARTITION", "debug", 1);
+  setenv("SLURM_TIME_FORMAT", "standard", 1);
+  OnCall(QueryArgv("--jobs=5"),
+         "echo \"$SLURM_TIME_FORMAT|${SQUEUE_STATES-unset}|${SQUEUE_PARTITION-unset}\" > '" +
+             dir_.File("env.txt") + "'\n");
+  absl::StatusOr<std::vector<JobStatus>> answers = Slurm().QueryJobs({"5"});
+  unsetenv("SQUEUE_STATES");
+  unsetenv("SQUEUE_PARTITION");
+  unsetenv("SLURM_TIME_FORMAT");
+  ASSERT_TRUE(answers.ok()) << answers.status();
+  EXPECT_EQ(testing::ReadFile(dir_.File("env.txt")), "%s|unset|unset\n");
+}
+
+TEST_F(SlurmSchedulerTest, QueryOfOneUnknownIdIsNotFound) {
+  // squeue fails for a single unknown id; with several it lists the others.
+  Answer(QueryArgv("--jobs=999"), "", "slurm_load_jobs error: Invalid job id specified\n", 1);
+  EXPECT_THAT(Lines(Slurm().QueryJobs({"999"})), ElementsAre("999 ->  not_found  [] name= user="));
+}
+
+TEST_F(SlurmSchedulerTest, QueryOfIdsNoSlurmJobCanHaveRunsNothingForThem) {
+  EXPECT_THAT(Lines(Slurm().QueryJobs({"0", "4294967294", "99999999999999999999999"})),
+              ElementsAre("0 ->  not_found  [] name= user=",
+                          "4294967294 ->  not_found  [] name= user=",
+                          "99999999999999999999999 ->  not_found  [] name= user="));
+  EXPECT_THAT(Calls(), IsEmpty());
+}
+
+TEST_F(SlurmSchedulerTest, QueryOfIdsSqueueRefusesListsEveryJob) {
+  // squeue -j takes ids up to 2^31 - 1 and refuses the whole list beyond.
+  Answer(QueryArgv(""),
+         "3000000000|3000000000|N/A|3000000000|RUNNING|1764000000|NONE|alice|n1|fed\n"
+         "7|7|N/A|7|RUNNING|1764000000|NONE|alice|n2|other\n");
+  EXPECT_THAT(Lines(Slurm().QueryJobs({"3000000000", "7"})),
+              ElementsAre("3000000000 -> 3000000000 running RUNNING [n1] name=fed user=alice",
+                          "7 -> 7 running RUNNING [n2] name=other user=alice"));
+  EXPECT_THAT(Calls(), ElementsAre(QueryArgv("")));
+}
+
+TEST_F(SlurmSchedulerTest, QueryOfAnArrayAnswersForTheWholeArrayOrOneElement) {
+  // Array 300: element 1 (raw id 301) done, 2 (raw 302) running, 3 and 4
+  // pending (they share the array's raw id until they start).
+  Answer(QueryArgv("--jobs=300,302"),
+         "301|300|1|300_1|COMPLETED|1764000000|1764000100|alice|n1|sweep\n"
+         "302|300|2|300_2|RUNNING|1764000000|NONE|alice|n2|sweep\n"
+         "300|300|3|300_3|PENDING|1764000000|NONE|alice||sweep\n"
+         "300|300|4|300_4|PENDING|1764000000|NONE|alice||sweep\n");
+  EXPECT_THAT(Lines(Slurm().QueryJobs({"300", "300_1", "300_3", "302", "300_9"})),
+              ElementsAre("300 -> 300 running RUNNING [n2] name=sweep user=alice",
+                          "300_1 -> 300_1 ended COMPLETED [n1] name=sweep user=alice end=1764000100",
+                          "300_3 -> 300_3 pending PENDING [] name=sweep user=alice",
+                          "302 -> 300_2 running RUNNING [n2] name=sweep user=alice",
+                          "300_9 ->  not_found  [] name= user="));
+  // Elements are asked for by their array's id: squeue -j with an element
+  // index beyond the array's crashes squeue 22.05.
+  EXPECT_THAT(Calls(), ElementsAre(QueryArgv("--jobs=300,302")));
+}
+
+TEST_F(SlurmSchedulerTest, QueryOfANameAnswersForItsNewestJob) {
+  Answer(QueryArgv("--name=tie,train"),
+         "40|40|N/A|40|RUNNING|1764000000|NONE|alice|n1|train\n"
+         "41|41|N/A|41|PENDING|1764000500|NONE|alice||train\n"
+         "39|39|N/A|39|CANCELLED|1763990000|1763999000|alice|n4|train\n"
+         "50|50|N/A|50|RUNNING|1764000000|NONE|bob|n2|tie\n"
+         "51|51|N/A|51|FAILED|1764000000|1764000300|bob|n3|tie\n");
+  EXPECT_THAT(Lines(Slurm().QueryJobs({"train", "tie"})),
+              ElementsAre("train -> 41 pending PENDING [] name=train user=alice",
+                          // Submitted in the same second: the higher id came later.
+                          "tie -> 51 ended FAILED [n3] name=tie user=bob end=1764000300"));
+}
+
+TEST_F(SlurmSchedulerTest, QueryMapsUnknownStatesToUnknown) {
+  Answer(QueryArgv("--jobs=8"), "8|8|N/A|8|LAUNCH_FAILED|1764000000|NONE|alice|n1|x\n");
+  EXPECT_THAT(Lines(Slurm().QueryJobs({"8"})),
+              ElementsAre("8 -> 8 unknown LAUNCH_FAILED [n1] name=x user=alice"));
+}
+
+TEST_F(SlurmSchedulerTest, QueryKeepsAJobNameWithBars) {
+  Answer(QueryArgv("--jobs=9"), "9|9|N/A|9|RUNNING|1764000000|NONE|alice|n1|a|b|c\n");
+  EXPECT_THAT(Lines(Slurm().QueryJobs({"9"})),
+              ElementsAre("9 -> 9 running RUNNING [n1] name=a|b|c user=alice"));
+}
+
+TEST_F(SlurmSchedulerTest, QueryRefusesUnsafeNamesBeforeAnythingRuns) {
+  for (const std::string& name : {std::string("-h"), std::string("a,b"), std::string("a b"),
+                                  std::string("$(id)"), std::string(129, 'a')}) {
+    absl::StatusOr<std::vector<JobStatus>> answers = Slurm().QueryJobs({"1", name});
+    EXPECT_EQ(answers.status().code(), absl::StatusCode::kInvalidArgument) << name;
+  }
+  EXPECT_THAT(Calls(), IsEmpty());
+}
+
+TEST_F(SlurmSchedulerTest, QueryFailsWhenSqueueFailsOrPrintsNonsense) {
+  Answer(QueryArgv("--jobs=1"), "", "squeue: error: Unable to contact slurm controller\n", 1);
+  absl::StatusOr<std::vector<JobStatus>> failed = Slurm().QueryJobs({"1"});
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr("stderr: squeue: error: Unable to contact slurm controller"));
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("exit status 1"));
+
+  for (const std::string& nonsense :
+       {std::string("1|1|N/A|1|RUNNING\n"), std::string("x|1|N/A|1|RUNNING|0|NONE|a|n1|j\n"),
+        std::string("1|1|N/A|1|RUNNING|0|NONE|a|n[1-|j\n"),
+        std::string("1|1|seven|1|RUNNING|0|NONE|a|n1|j\n")}) {
+    Answer(QueryArgv("--jobs=2"), nonsense);
+    absl::StatusOr<std::vector<JobStatus>> answers = Slurm().QueryJobs({"2"});
+    EXPECT_EQ(answers.status().code(), absl::StatusCode::kInternal) << nonsense;
+    EXPECT_THAT(std::string(answers.status().message()),
+                HasSubstr("squeue printed an unexpected line"));
+  }
+
+  options_.squeue = dir_.File("no-such-squeue");
+  EXPECT_EQ(Slurm().QueryJobs({"1"}).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
