@@ -193,7 +193,17 @@ constexpr double kDiskBytesPerStep = 6.0 * 1048576, kDiskRequest = 131072,
 // (NCCL kernels poll: utilization reads ~100 %) and idle, watts.
 constexpr double kPowerTrain = 655, kPowerCheckpoint = 135, kPowerBarrier = 88,
                  kPowerIdle = 72;
+// Power while a job starts up (process start, checkpoint load), watts.
+constexpr double kPowerStartup = 115;
 constexpr double kMaxSmClock = 1980;
+// SM clock of a GPU with nothing to run, MHz, and its "GPU idle" throttle
+// reason bit.
+constexpr double kIdleSmClock = 345;
+constexpr uint32_t kThrottleGpuIdle = 0x1;
+// Framebuffer used on a GPU no process holds, and the management traffic of
+// an idle node's NICs (bytes/s).
+constexpr double kIdleMemoryBytes = 480.0 * 1048576;
+constexpr double kIdleNicBytesPerSecond = 25e3;
 // Framebuffer held by the CUDA context and NCCL, outside PyTorch's cache.
 constexpr double kContextBytes = 612.0 * 1048576;
 
@@ -238,11 +248,23 @@ absl::StatusOr<Simulator> Simulator::Create(SimulatorOptions options,
   }
   if (!(options.step_seconds > 0) || !(options.tokens_per_step_per_gpu > 0) ||
       !(options.checkpoint_seconds >= 0) || options.warmup_steps < 0 ||
-      options.checkpoint_every_steps < 0 || options.start_step < 0) {
+      options.checkpoint_every_steps < 0 || options.start_step < 0 ||
+      !(options.startup_seconds >= 0) || options.ramp_steps < 0 ||
+      !(options.noise.power_sd_watts >= 0) ||
+      !(options.noise.power_offset_watts >= 0) ||
+      !(options.noise.clock_jitter >= 0) ||
+      !(options.noise.nvlink_jitter >= 0)) {
     return absl::InvalidArgumentError(
         "step_seconds and tokens_per_step_per_gpu must be > 0; "
         "checkpoint_seconds, "
-        "warmup_steps, checkpoint_every_steps and start_step >= 0");
+        "warmup_steps, checkpoint_every_steps, start_step, startup_seconds, "
+        "ramp_steps and noise >= 0");
+  }
+  if (options.hardware.has_value() &&
+      options.hardware->gpu_temperature.size() !=
+          static_cast<size_t>(options.gpus)) {
+    return absl::InvalidArgumentError(
+        "hardware state is of a node with a different number of GPUs");
   }
   Simulator sim(std::move(options), scenario);
   for (SeriesKey& key : sim.series_) {
@@ -259,7 +281,9 @@ Simulator::Simulator(SimulatorOptions options, const Scenario* scenario)
       job_seed_(
           SplitMix64(options_.seed ^ HashName(options_.job) ^ 0x5bd1e995ULL)),
       rng_(node_seed_),
-      progress_(static_cast<double>(options_.start_step)) {
+      progress_(static_cast<double>(options_.start_step)),
+      startup_left_(options_.startup_seconds),
+      completed_checkpoint_step_(options_.start_step) {
   for (int g = 0; g < options_.gpus; ++g) {
     GpuConst c;
     c.power_offset_watts = -20 + 32 * Uniform();
@@ -267,10 +291,34 @@ Simulator::Simulator(SimulatorOptions options, const Scenario* scenario)
     c.memory_temperature_offset_celsius = 5 + 4 * Uniform();
     c.memory_headroom_bytes =
         2048.0 * 1048576 + std::floor(512 * Uniform()) * 1048576;
+    if (options_.noise.power_offset_watts > 0) {  // per job and node
+      double u = ToUnit(SplitMix64(job_seed_ ^ node_seed_ ^
+                                   SplitMix64(static_cast<uint64_t>(g) + 99)));
+      c.power_offset_watts = options_.noise.power_offset_watts * (2 * u - 1);
+    }
     gpu_const_.push_back(c);
   }
   gpu_temp_.assign(options_.gpus, 0);
+  if (options_.hardware.has_value()) {
+    continued_ = true;
+    hardware_ts_ = options_.hardware->ts;
+    gpu_temp_ = options_.hardware->gpu_temperature;
+  }
+  scaler_search_steps_ = 3 + static_cast<int>((job_seed_ >> 17) % 4);
   BuildCatalogue();
+}
+
+bool Simulator::IsProcessSeries(const SeriesKey& key) {
+  return key.metric.starts_with("train_") || key.metric.starts_with("torch_");
+}
+
+NodeHardware Simulator::hardware() const {
+  NodeHardware hw;
+  hw.ts = last_ts_;
+  hw.counters = counters_;
+  hw.carry = carry_;
+  hw.gpu_temperature = gpu_temp_;
+  return hw;
 }
 
 void Simulator::BuildCatalogue() {
@@ -295,6 +343,7 @@ void Simulator::BuildCatalogue() {
   if (options_.fp16) series_.push_back(Key(kLossScaleMetric, nullptr, ""));
   counters_.assign(series_.size(), 0);
   carry_.assign(series_.size(), 0);
+  for (const SeriesKey& key : series_) process_.push_back(IsProcessSeries(key));
 }
 
 double Simulator::Uniform() { return ToUnit(rng_()); }
@@ -311,7 +360,40 @@ double Simulator::StepGauss(int64_t step, uint64_t which) const {
 }
 
 double Simulator::StepSeconds(int64_t step) const {
-  return options_.step_seconds * std::exp(0.015 * StepGauss(step, 1));
+  double s = options_.step_seconds * std::exp(0.015 * StepGauss(step, 1));
+  if (options_.ramp_steps > 0 && step >= options_.start_step) {
+    s *= 1 + 1.5 * std::exp(-static_cast<double>(step - options_.start_step) /
+                            options_.ramp_steps);
+  }
+  return s;
+}
+
+void Simulator::AdvanceScaler(int64_t step) const {
+  // The scale the model tolerates: where the search ends.
+  const double ceiling = 65536.0 / std::ldexp(1.0, scaler_search_steps_);
+  if (step < scaler_.step) scaler_ = Scaler();
+  while (scaler_.step < step) {
+    int64_t k = ++scaler_.step;
+    double u =
+        ToUnit(SplitMix64(job_seed_ ^ SplitMix64(static_cast<uint64_t>(k)) ^
+                          0x2545f4914f6cdd1dULL));
+    bool overflow;
+    if (k < scaler_search_steps_) {
+      overflow = true;
+    } else if (scaler_.scale > ceiling) {
+      overflow = u < 1.0 / 400;
+    } else {
+      overflow = u < 1.0 / 5000;
+    }
+    scaler_.overflow = overflow;
+    if (overflow) {
+      scaler_.scale /= 2;
+      scaler_.clean = 0;
+    } else if (++scaler_.clean >= 2000) {
+      scaler_.scale *= 2;
+      scaler_.clean = 0;
+    }
+  }
 }
 
 TrainTick Simulator::TrainAt(int64_t step) const {
@@ -333,7 +415,13 @@ TrainTick Simulator::TrainAt(int64_t step) const {
       options_.tokens_per_step_per_gpu * options_.gpus / t.step_time_seconds;
   t.mfu_ratio = t.tokens_per_second * 6.0 * options_.model_params /
                 (options_.gpus * options_.peak_flops_per_gpu);
-  if (options_.fp16) t.loss_scale = 65536.0;
+  if (options_.fp16 && options_.grad_scaler) {
+    AdvanceScaler(step);
+    t.loss_scale = scaler_.scale;
+    if (scaler_.overflow) t.grad_norm = INFINITY;
+  } else if (options_.fp16) {
+    t.loss_scale = 65536.0;
+  }
   return t;
 }
 
@@ -347,11 +435,21 @@ TickTime Simulator::Advance(const ScenarioContext& ctx) {
                      : 1.0;
   double remaining = ctx.dt;
   while (remaining > 1e-12) {
+    if (startup_left_ > 0) {
+      double s = std::min(remaining, startup_left_);
+      startup_left_ -= s;
+      time.startup_s += s;
+      remaining -= s;
+      continue;
+    }
     if (checkpoint_left_ > 0) {
       double c = std::min(remaining, checkpoint_left_);
       checkpoint_left_ -= c;
       time.checkpoint_s += c;
       remaining -= c;
+      if (checkpoint_left_ <= 0) {
+        completed_checkpoint_step_ = last_checkpoint_step_;
+      }
       continue;
     }
     if (stall_.seconds > 0) {
@@ -411,43 +509,58 @@ NodeTick Simulator::Healthy(double ts, const TickTime& time) {
   tick.time = time;
   // Fractions of the tick spent computing, spinning at a barrier, idle for
   // data and checkpointing; the first tick reports the state at its instant.
-  double fw, fb, fd, fc;
+  double fw, fb, fd, fc, fs;
   if (time.dt > 0) {
     fw = time.compute_s / time.dt;
     fb = time.barrier_s / time.dt;
     fd = time.data_s / time.dt;
     fc = time.checkpoint_s / time.dt;
+    fs = time.startup_s / time.dt;
   } else {
-    fc = checkpoint_left_ > 0 ? 1.0 : 0.0;
-    fw = 1.0 - fc;
+    fs = startup_left_ > 0 ? 1.0 : 0.0;
+    fc = fs == 0 && checkpoint_left_ > 0 ? 1.0 : 0.0;
+    fw = 1.0 - fc - fs;
     fb = fd = 0;
   }
   double step_s = StepSeconds(tick.step);
+  const bool has_startup = options_.startup_seconds > 0;
+  const SimulatorNoise& noise = options_.noise;
+  // How far GPU memory has climbed to the working set (startup).
+  const double mem_ramp =
+      has_startup
+          ? std::clamp((ts - start_ts_) / options_.startup_seconds, 0.0, 1.0)
+          : 1.0;
 
   for (int g = 0; g < options_.gpus; ++g) {
     const GpuConst& c = gpu_const_[g];
     GpuTick gpu;
     double p_train = kPowerTrain + c.power_offset_watts + 6.0 * Gauss();
+    if (noise.power_sd_watts > 0) p_train += noise.power_sd_watts * Gauss();
     double p_ckpt = kPowerCheckpoint + c.power_offset_watts / 4 + 8.0 * Gauss();
     double p_wait = kPowerBarrier + c.power_offset_watts / 8 + 3.0 * Gauss();
     double p_idle = kPowerIdle + c.power_offset_watts / 8 + 2.0 * Gauss();
+    double p_start =
+        has_startup ? kPowerStartup + c.power_offset_watts / 4 + 5.0 * Gauss()
+                    : 0.0;
     gpu.busy_power_watts = std::min(p_train, options_.power_limit_watts);
     gpu.power_watts = fw * p_train + fb * p_wait + fd * p_idle + fc * p_ckpt;
+    if (fs > 0) gpu.power_watts += fs * p_start;
     gpu.sm_clock_mhz = kMaxSmClock;
     if (gpu.power_watts > options_.power_limit_watts) {
       gpu.power_watts = options_.power_limit_watts - 2.0 * Uniform();
       gpu.throttle_reasons |= 0x4;
       gpu.sm_clock_mhz = kMaxSmClock - 15.0 * (1 + std::floor(3 * Uniform()));
     }
+    if (noise.clock_jitter > 0) {
+      gpu.sm_clock_mhz *= 1.0 - noise.clock_jitter * std::abs(Gauss());
+    }
     gpu.utilization = std::min(
         1.0, fw * (0.97 + 0.035 * Uniform()) + fb * (0.99 + 0.02 * Uniform()) +
                  fd * 0.03 * Uniform() + fc * 0.15 * Uniform());
+    if (fs > 0) gpu.utilization += fs * (0.05 + 0.25 * Uniform());
     double target =
         28.0 + 0.058 * gpu.power_watts + c.temperature_offset_celsius;
-    double& temp = gpu_temp_[g];
-    temp = time.dt > 0
-               ? temp + (target - temp) * (1.0 - std::exp(-time.dt / 30.0))
-               : target;
+    double temp = LagTemperature(g, target, ts, time.dt);
     gpu.temperature_celsius = temp + 0.4 * Gauss();
     gpu.memory_temperature_celsius =
         temp + c.memory_temperature_offset_celsius + 0.4 * Gauss();
@@ -459,20 +572,34 @@ NodeTick Simulator::Healthy(double ts, const TickTime& time) {
     gpu.torch_allocated_bytes =
         gpu.torch_reserved_bytes *
         ((1 - fc) * (0.86 + 0.08 * Uniform()) + fc * (0.84 + 0.01 * Uniform()));
+    if (mem_ramp < 1) {  // the working set is still being allocated
+      gpu.memory_used_bytes =
+          std::round((kContextBytes +
+                      mem_ramp * (gpu.memory_used_bytes - kContextBytes)) /
+                     2097152.0) *
+          2097152.0;
+      gpu.torch_reserved_bytes = gpu.memory_used_bytes - kContextBytes;
+      gpu.torch_allocated_bytes = 0.9 * gpu.torch_reserved_bytes;
+    }
     double nv = (time.work_s * kNvlinkForward +
                  time.backward_work_s * (kNvlinkBackward - kNvlinkForward) +
-                 time.checkpoint_s * kNvlinkCheckpoint) *
+                 time.checkpoint_s * kNvlinkCheckpoint +
+                 time.startup_s * kNvlinkCheckpoint) *
                 (1.0 + 0.02 * Gauss());
+    if (noise.nvlink_jitter > 0) {
+      nv *= 1.0 + noise.nvlink_jitter * (2 * Uniform() - 1);
+    }
     gpu.nvlink_tx_bytes = std::max(0.0, nv);
     gpu.nvlink_rx_bytes = std::max(0.0, nv * (1.0 + 0.005 * Gauss()));
     tick.gpus.push_back(gpu);
   }
   for (int n = 0; n < options_.nics; ++n) {
     NicTick nic;
-    double bytes = (time.work_s * kNicForward +
-                    time.backward_work_s * (kNicBackward - kNicForward) +
-                    time.checkpoint_s * kNicCheckpoint) *
-                   (1.0 + 0.03 * Gauss());
+    double bytes =
+        (time.work_s * kNicForward +
+         time.backward_work_s * (kNicBackward - kNicForward) +
+         time.checkpoint_s * kNicCheckpoint + time.startup_s * kNicCheckpoint) *
+        (1.0 + 0.03 * Gauss());
     nic.tx_bytes = std::max(0.0, bytes);
     nic.rx_bytes = std::max(0.0, bytes * (1.0 + 0.01 * Gauss()));
     tick.nics.push_back(nic);
@@ -500,12 +627,71 @@ NodeTick Simulator::Healthy(double ts, const TickTime& time) {
                   (options_.gpus * options_.peak_flops_per_gpu);
   }
   tick.train.phase = checkpoint_left_ > 0 ? 1 : 0;
+  // With a startup phase the training process reports nothing until its
+  // first step completes.
+  if (has_startup && measured_step_ < 0) tick.train_present = false;
+  return tick;
+}
+
+double Simulator::LagTemperature(int g, double target, double ts, double dt) {
+  if (continued_) dt = std::max(0.0, ts - hardware_ts_);
+  double& temp = gpu_temp_[g];
+  temp =
+      dt > 0 ? temp + (target - temp) * (1.0 - std::exp(-dt / 30.0)) : target;
+  return temp;
+}
+
+NodeTick Simulator::Idle(double ts, double dt) {
+  NodeTick tick;
+  tick.ts = ts;
+  tick.time.dt = dt;
+  tick.process_present = false;
+  tick.train_present = false;
+  for (int g = 0; g < options_.gpus; ++g) {
+    const GpuConst& c = gpu_const_[g];
+    GpuTick gpu;
+    gpu.power_watts = kPowerIdle - 2 + c.power_offset_watts / 4 + 1.5 * Gauss();
+    gpu.busy_power_watts = gpu.power_watts;
+    gpu.utilization = 0;
+    gpu.sm_clock_mhz = kIdleSmClock;
+    gpu.throttle_reasons = kThrottleGpuIdle;
+    double target =
+        28.0 + 0.058 * gpu.power_watts + c.temperature_offset_celsius;
+    double temp = LagTemperature(g, target, ts, dt);
+    gpu.temperature_celsius = temp + 0.4 * Gauss();
+    gpu.memory_temperature_celsius =
+        temp + c.memory_temperature_offset_celsius + 0.4 * Gauss();
+    gpu.memory_total_bytes = options_.gpu_memory_total_bytes;
+    gpu.memory_used_bytes =
+        kIdleMemoryBytes + std::floor(16 * Uniform()) * 2097152.0;
+    tick.gpus.push_back(gpu);
+  }
+  for (int n = 0; n < options_.nics; ++n) {
+    NicTick nic;
+    nic.tx_bytes =
+        dt * kIdleNicBytesPerSecond * (1.0 + 0.3 * std::abs(Gauss()));
+    nic.rx_bytes =
+        dt * kIdleNicBytesPerSecond * (1.0 + 0.3 * std::abs(Gauss()));
+    tick.nics.push_back(nic);
+  }
+  tick.disks.assign(options_.disks.size(), DiskTick());
   return tick;
 }
 
 std::optional<SimFrame> Simulator::Tick(double ts) {
   double dt = 0;
-  if (!started_) {
+  if (!started_ && options_.hardware.has_value()) {
+    // The node's counters go on from its previous job's.
+    started_ = true;
+    start_ts_ = ts;
+    last_ts_ = ts;
+    const NodeHardware& hw = *options_.hardware;
+    for (size_t i = 0; i < counters_.size() && i < hw.counters.size(); ++i) {
+      if (process_[i]) continue;
+      counters_[i] = hw.counters[i];
+      carry_[i] = i < hw.carry.size() ? hw.carry[i] : 0;
+    }
+  } else if (!started_) {
     started_ = true;
     start_ts_ = ts;
     last_ts_ = ts;
@@ -529,9 +715,15 @@ std::optional<SimFrame> Simulator::Tick(double ts) {
     dt = ts - last_ts_;
     last_ts_ = ts;
   }
+  if (options_.idle) {
+    NodeTick tick = Idle(ts, dt);
+    continued_ = false;
+    return Emit(tick);
+  }
   ScenarioContext ctx{&options_, ts, ts - start_ts_, dt,
                       static_cast<int64_t>(std::floor(progress_))};
   NodeTick tick = Healthy(ts, Advance(ctx));
+  continued_ = false;
   if (scenario_ != nullptr) {
     ctx.step = tick.step;
     scenario_->Apply(ctx, &tick);
@@ -562,8 +754,10 @@ SimFrame Simulator::Emit(const NodeTick& tick) {
     ++i;
   };
   for (const GpuMetric& m : kGpuMetrics) {
+    // torch_* readings come from the training process.
+    const bool shown = tick.process_present || m.name[0] != 't';
     for (const GpuTick& g : tick.gpus)
-      add(m.counter, m.get(g), m.quant, m.unit, g.present);
+      add(m.counter, m.get(g), m.quant, m.unit, g.present && shown);
   }
   for (const NicMetric& m : kNicMetrics) {
     for (const NicTick& n : tick.nics)
@@ -574,11 +768,14 @@ SimFrame Simulator::Emit(const NodeTick& tick) {
       add(m.counter, m.get(d), m.quant, m.unit, true);
   }
   for (const TrainMetric& m : kTrainMetrics) {
-    add(false, m.get(tick.train), m.quant, 0, true);
+    const bool shown =
+        tick.train_present &&
+        (options_.report_phase || std::string_view(m.name) != "train_phase");
+    add(false, m.get(tick.train), m.quant, 0, shown);
   }
   if (options_.fp16) {
     add(false, tick.train.loss_scale.value_or(NAN), Quant::kNone, 0,
-        tick.train.loss_scale.has_value());
+        tick.train.loss_scale.has_value() && tick.train_present);
   }
   return frame;
 }

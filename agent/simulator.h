@@ -18,6 +18,36 @@
 
 namespace vigil::agent {
 
+// Extra variation of a "noisy but healthy" job (spiky kernels, uneven
+// pipeline stages). All zero (the default): the quiet healthy job.
+struct SimulatorNoise {
+  // Standard deviation of a computing GPU's power from one sample to the
+  // next, watts.
+  double power_sd_watts = 0;
+  // > 0: each GPU's fixed power offset is drawn uniformly within
+  // +-this many watts (per job and node) instead of the node's own.
+  double power_offset_watts = 0;
+  // The SM clock reads up to this fraction below its value (half-normal).
+  double clock_jitter = 0;
+  // Each GPU's NVLink traffic varies uniformly within +-this fraction from
+  // one sample to the next.
+  double nvlink_jitter = 0;
+};
+
+// What belongs to the node rather than to the job running on it: hardware
+// counters (ECC, NVLink, XID, PCIe, NIC, disk) and GPU temperatures. A node
+// that changes jobs hands it from one Simulator to the next, so counters
+// stay monotonic and temperatures move continuously.
+struct NodeHardware {
+  double ts = 0;  // time of the tick that left this state
+  // By series index of the node's catalogue (Simulator::series()): counter
+  // values and their sub-unit remainders. Entries of the training process
+  // (torch_*, train_*) are not carried: a new process starts from zero.
+  std::vector<double> counters;
+  std::vector<double> carry;
+  std::vector<double> gpu_temperature;  // lagged temperature per GPU
+};
+
 // Shape of the simulated node and its job. Every field has a usable default.
 struct SimulatorOptions {
   // Node name; mixed into the seed so that nodes with the same seed differ.
@@ -59,6 +89,37 @@ struct SimulatorOptions {
   double power_limit_watts = 700.0;
   // Framebuffer size per GPU (H100 80GB: 81559 MiB).
   double gpu_memory_total_bytes = 81559.0 * 1048576.0;
+
+  // The fields below default to the behaviour of a job that has been
+  // running since before the first tick; vigil-sim --multi-job sets them.
+
+  // True: the node runs no job (reported as job "idle"): no training
+  // progress, no train_* or torch_* samples, idle GPUs (~65 W, utilization
+  // 0, idle clocks, ~0.5 GiB framebuffer), quiet NICs and disks.
+  bool idle = false;
+  // Seconds from the first tick before the first step starts (process
+  // start, checkpoint load): GPU memory climbs to the working set, GPUs
+  // draw little, no train_* samples until the first step completes. 0: the
+  // job is already training at the first tick.
+  double startup_seconds = 0;
+  // > 0: the first steps after start_step are slower (kernel compilation,
+  // allocator warm-up), by 1 + 1.5 exp(-k / ramp_steps) for the k-th.
+  int ramp_steps = 0;
+  // Whether the training process reports train_phase (checkpoint and eval
+  // markers). Without it the server must infer checkpoints from power.
+  bool report_phase = true;
+  // fp16 only: a GradScaler's dynamics instead of a fixed 65536: a scale
+  // search halving the scale over the first 3-6 steps, then an overflow
+  // step (grad norm Inf, scale halved) now and then (mostly soon after the
+  // scale grew past what the model tolerates; rarely spuriously) and growth
+  // x2 after 2000 clean steps. A function of (seed, job, step): all nodes
+  // agree and a resumed job continues its scale.
+  bool grad_scaler = false;
+  // Variation of a noisy but healthy job.
+  SimulatorNoise noise;
+  // The node's hardware state to continue from (a node changing jobs);
+  // unset: counters start where a node up for a while would be.
+  std::optional<NodeHardware> hardware;
 };
 
 // One GPU's readings for a tick before quantization. Rates are already
@@ -122,13 +183,16 @@ struct TrainTick {
 };
 
 // How the seconds of one tick were spent. compute_s + barrier_s + data_s +
-// checkpoint_s = dt (except on the first tick, where dt = 0).
+// checkpoint_s + startup_s = dt (except on the first tick, where dt = 0).
+// On a job's first ticks startup_s (process start, before the first step)
+// comes first.
 struct TickTime {
   double dt = 0;            // seconds since the previous tick
   double compute_s = 0;     // GPUs busy computing
   double barrier_s = 0;     // GPUs spinning in a collective for a slower rank
   double data_s = 0;        // GPUs idle, waiting for this node's dataloader
   double checkpoint_s = 0;  // writing a checkpoint
+  double startup_s = 0;     // starting up (SimulatorOptions::startup_seconds)
   // Full-speed-equivalent seconds of training progress (drives traffic and
   // disk reads), and the part of it in the backward pass.
   double work_s = 0;
@@ -141,6 +205,10 @@ struct NodeTick {
   double ts = 0;
   int64_t step = 0;
   bool node_up = true;  // false: the node sends no frame this tick
+  // Whether the training process exists (torch_* samples) and has
+  // completed a step (train_* samples). Both false on an idle node.
+  bool process_present = true;
+  bool train_present = true;
   TickTime time;
   std::vector<GpuTick> gpus;
   std::vector<NicTick> nics;
@@ -233,6 +301,17 @@ class Simulator {
   // start; a `ts` not after the previous one advances nothing.
   std::optional<SimFrame> Tick(double ts);
 
+  // The node's hardware state after the last tick, to hand to the
+  // Simulator of the node's next job (SimulatorOptions::hardware).
+  NodeHardware hardware() const;
+  // The step of the last checkpoint that completed (start_step if none
+  // has): where a job resumed after this run would start.
+  int64_t checkpoint_step() const { return completed_checkpoint_step_; }
+
+  // Whether series `key` belongs to the training process (train_*,
+  // torch_*) rather than to the node.
+  static bool IsProcessSeries(const SeriesKey& key);
+
  private:
   // Fixed per-GPU character: how this card differs from its peers.
   struct GpuConst {
@@ -247,6 +326,11 @@ class Simulator {
   // Moves training forward by ctx.dt seconds; returns how they were spent.
   TickTime Advance(const ScenarioContext& ctx);
   NodeTick Healthy(double ts, const TickTime& time);
+  NodeTick Idle(double ts, double dt);
+  // Moves the lagged temperature of GPU `g` towards `target` over the tick.
+  double LagTemperature(int g, double target, double ts, double dt);
+  // The GradScaler's state after step `step` (grad_scaler).
+  void AdvanceScaler(int64_t step) const;
   // Seconds step `step` takes on this node at full speed.
   double StepSeconds(int64_t step) const;
   // Training readings of completed step `step`.
@@ -280,6 +364,22 @@ class Simulator {
   int64_t measured_step_ = -1;  // last step completed while simulated
   double measured_wall_ = 0;    // its wall seconds (without checkpoint)
   double measured_data_ = 0;    // its dataloader wait
+  double startup_left_ = 0;     // seconds of startup still to run
+  int64_t completed_checkpoint_step_ = 0;
+  // Continuing a node's hardware (options.hardware): until the first tick,
+  // temperatures lag from hardware_ts_ instead of starting at their target.
+  bool continued_ = false;
+  double hardware_ts_ = 0;
+  std::vector<bool> process_;  // per series: IsProcessSeries
+  // GradScaler (grad_scaler): the state after step `step`.
+  struct Scaler {
+    int64_t step = -1;
+    double scale = 65536;
+    int clean = 0;
+    bool overflow = false;
+  };
+  mutable Scaler scaler_;
+  int scaler_search_steps_ = 0;
 };
 
 }  // namespace vigil::agent
