@@ -224,6 +224,7 @@ std::string TruthJson(const ClusterOptions& options, std::string_view scenario,
       j["gpu"] = e.gpu ? json(*f.spec.gpu) : json(nullptr);
       j["ts"] =
           onset.has_value() ? json(onset->ts + e.after_seconds) : json(nullptr);
+      if (e.nodes) j["nodes"] = f.spec.nodes;  // rack_down
       ex.push_back(std::move(j));
     }
     json j;
@@ -231,6 +232,7 @@ std::string TruthJson(const ClusterOptions& options, std::string_view scenario,
     j["node"] = on_node ? json(f.spec.node) : json(nullptr);
     j["gpu"] = on_gpu ? json(*f.spec.gpu) : json(nullptr);
     j["dev"] = f.spec.dev.empty() ? json(nullptr) : json(f.spec.dev);
+    if (!f.spec.nodes.empty()) j["nodes"] = f.spec.nodes;  // rack_down
     j["magnitude"] = f.magnitude;
     j["job_speed"] = f.job_speed;
     j["start_ts"] = onset.has_value() ? json(onset->ts) : json(nullptr);

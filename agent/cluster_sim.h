@@ -81,6 +81,8 @@ absl::StatusOr<ClusterRun> SimulateCluster(
 //      "start_step" (null if it never began), "end_ts" (null: to the end),
 //      "severity" (the highest expected), "expected": [{"kinds": [..],
 //      "severity", "node", "gpu", "ts"}], "side_effect_kinds": [..]}]}
+// rack_down faults also carry "nodes": [..] (the nodes that went down),
+// and so does their expected entry (one incident naming exactly those).
 // A healthy run has no faults: no P0-P2 incident is expected.
 std::string TruthJson(const ClusterOptions& options, std::string_view scenario,
                       const ClusterRun& run);

@@ -63,6 +63,17 @@ const KindInfo kKinds[] = {
     {"loss_scale_thrash",
      "fp16 job whose loss scale keeps halving; magnitude: overflow "
      "probability per step (default ~0.3)"},
+    {"nvlink_bandwidth_degraded",
+     "one GPU's NVLink traffic falls to ~20-30 % of its peers' with no "
+     "error counter and no XID; that GPU becomes the straggler and the job's "
+     "step time rises by > 50 %; magnitude: traffic ratio (default ~0.25)"},
+    {"xid_storm",
+     "one GPU reports thousands of XID events within a few minutes; code "
+     "94 (contained ECC, hardware) or 13/31 (application) by seed or "
+     "\"xid\"; magnitude: events (default ~10000)"},
+    {"rack_down",
+     "several nodes of the job (\"nodes\", default 3) stop reporting at the "
+     "same moment; the job hangs"},
 };
 
 // Collects errors with JSON paths.
@@ -132,6 +143,8 @@ void ParseFault(const json& j, const std::string& path, Errors* errors,
                                         "node",
                                         "gpu",
                                         "dev",
+                                        "nodes",
+                                        "xid",
                                         "at_step",
                                         "at_seconds",
                                         "duration_seconds",
@@ -156,6 +169,22 @@ void ParseFault(const json& j, const std::string& path, Errors* errors,
   }
   string("node", &fault->node);
   string("dev", &fault->dev);
+  auto nodes = j.find("nodes");
+  if (nodes != j.end()) {
+    bool ok = nodes->is_array() && !nodes->empty();
+    for (const json& n : ok ? *nodes : json::array()) {
+      ok = ok && n.is_string() && !n.get<std::string>().empty();
+      if (ok) fault->nodes.push_back(n.get<std::string>());
+    }
+    if (!ok) {
+      fault->nodes.clear();
+      errors->Add(path + ".nodes",
+                  "must be a non-empty array of non-empty strings");
+    }
+  }
+  std::optional<int64_t> xid;
+  integer("xid", 1, 1000, &xid);
+  if (xid.has_value()) fault->xid = static_cast<int>(*xid);
   std::optional<int64_t> gpu, period;
   integer("gpu", 0, 63, &gpu);
   if (gpu.has_value()) fault->gpu = static_cast<int>(*gpu);
@@ -293,10 +322,34 @@ absl::Status ResolveFaultDefaults(const FaultOverrides& overrides,
       f.at_step.reset();
     }
     if (f.node.empty()) f.node = default_node;
-    if (!nodes.empty() &&
-        std::find(nodes.begin(), nodes.end(), f.node) == nodes.end()) {
+    if (!f.nodes.empty() &&
+        std::find(f.nodes.begin(), f.nodes.end(), f.node) == f.nodes.end()) {
+      f.node = f.nodes[0];
+    }
+    auto in_cluster = [&](const std::string& node) {
+      return nodes.empty() ||
+             std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+    };
+    if (!in_cluster(f.node)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": node '", f.node, "' is not in the cluster"));
+    }
+    if (f.kind == "rack_down" && f.nodes.empty()) {
+      // A rack: this node and the next ones, leaving one node up.
+      size_t first =
+          std::find(nodes.begin(), nodes.end(), f.node) - nodes.begin();
+      size_t count =
+          nodes.size() <= 1 ? 1 : std::min<size_t>(3, nodes.size() - 1);
+      if (nodes.empty()) f.nodes = {f.node};
+      for (size_t k = 0; k < count && !nodes.empty(); ++k) {
+        f.nodes.push_back(nodes[(first + k) % nodes.size()]);
+      }
+    }
+    for (const std::string& n : f.nodes) {
+      if (!in_cluster(n)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": node '", n, "' is not in the cluster"));
+      }
     }
     if (!f.gpu.has_value()) f.gpu = std::min(3, gpus - 1);
     if (*f.gpu < 0 || *f.gpu >= gpus) {

@@ -12,6 +12,9 @@
 //                "node": "n001",           optional, default: see Resolve...
 //                "gpu": 3,                 optional, default 3
 //                "dev": "mlx5_3",          optional, NIC; default mlx5_<gpu>
+//                "nodes": ["n001", "n002"], rack_down only; default: see
+//                                          ResolveFaultDefaults
+//                "xid": 94,                xid_storm only; default by seed
 //                "at_step": 1200,          optional, or
 //                "at_seconds": 120,        optional, default per kind
 //                "duration_seconds": 600,  optional, default: to the end
@@ -49,6 +52,10 @@ struct FaultSpec {
   std::optional<int> gpu;
   // NIC (packet_loss_hang). Default "mlx5_<gpu>" (the GPU's rail).
   std::string dev;
+  // rack_down: every node that goes down at once (`node` is the first).
+  std::vector<std::string> nodes;
+  // xid_storm: the XID code reported (94 hardware, 13 or 31 application).
+  std::optional<int> xid;
   // Start: the first tick at or after this training step, or this many
   // seconds after the simulation started. Neither: the kind's default
   // (DefaultStartSeconds).
@@ -109,8 +116,11 @@ struct FaultOverrides {
 
 // Applies `overrides`, then fills each fault's empty node with
 // `default_node` and its GPU and NIC with their defaults for a node of
-// `gpus` GPUs and `nics` NICs. kInvalidArgument if a GPU or NIC is out of
-// range, or a node not in `nodes` (when `nodes` is non-empty) is named.
+// `gpus` GPUs and `nics` NICs. rack_down without `nodes` takes its node and
+// the next ones of `nodes` (wrapping), 3 in all but leaving at least one
+// node up (only its node when `nodes` is empty). kInvalidArgument if a GPU
+// or NIC is out of range, or a node not in `nodes` (when `nodes` is
+// non-empty) is named.
 absl::Status ResolveFaultDefaults(const FaultOverrides& overrides,
                                   const std::string& default_node,
                                   const std::vector<std::string>& nodes,

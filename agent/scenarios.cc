@@ -12,6 +12,9 @@ namespace {
 
 constexpr double kMaxClockMhz = 1980;
 constexpr double kCheckpointPowerWatts = 135;
+// Power of a GPU whose transfers crawl over a degraded link (copy engines
+// and NCCL kernels busy, SMs mostly waiting).
+constexpr double kSlowLinkPowerWatts = 230;
 constexpr double kCleanMfu = 0.5116;  // healthy MFU of the default job
 constexpr double kMiB = 1048576.0;
 constexpr double kGiB = 1024 * kMiB;
@@ -76,6 +79,9 @@ enum class Kind {
   kPowerLow,
   kLowMfu,
   kLossScaleThrash,
+  kNvlinkBandwidth,
+  kXidStorm,
+  kRackDown,
 };
 
 std::optional<Kind> KindOf(std::string_view name) {
@@ -98,6 +104,9 @@ std::optional<Kind> KindOf(std::string_view name) {
       {"gpu_power_low_55w", Kind::kPowerLow},
       {"low_mfu", Kind::kLowMfu},
       {"loss_scale_thrash", Kind::kLossScaleThrash},
+      {"nvlink_bandwidth_degraded", Kind::kNvlinkBandwidth},
+      {"xid_storm", Kind::kXidStorm},
+      {"rack_down", Kind::kRackDown},
   };
   for (const auto& [n, k] : kNames) {
     if (name == n) return k;
@@ -134,6 +143,18 @@ double ThermalMax(const ResolvedFault& f) {
   return 92 + 1.5 * Unit(f.seed + 7);
 }
 
+// nvlink_bandwidth_degraded: the job's speed once the link has degraded to
+// `ratio` of its peers' traffic (0.21 -> 0.60, 0.29 -> 0.65: step time
+// +53..+67 %).
+double SlowLinkSpeed(double ratio) {
+  return std::clamp(0.45 + 0.7 * ratio, 0.05, 1.0);
+}
+
+// xid_storm: seconds over which the events arrive.
+double XidStormSeconds(const ResolvedFault& f) {
+  return 180 + 120 * Unit(f.seed + 8);
+}
+
 // oom_growth: seconds until the leak fills the card (nominal).
 double OomFillSeconds(const ResolvedFault& f) {
   return (kOomJobHeadroom + 2.2 * kGiB) / (f.magnitude * kMiB);
@@ -152,7 +173,10 @@ double FaultSpeed(const ResolvedFault& f, double e) {
       return e >= OomFillSeconds(f) ? 0.75 : 1.0;
     case Kind::kFellOffBus:
     case Kind::kNodeDown:
+    case Kind::kRackDown:
       return 0;
+    case Kind::kNvlinkBandwidth:
+      return 1 - (1 - SlowLinkSpeed(f.magnitude)) * std::min(1.0, e / 20);
     case Kind::kThroughputDrop:
       return 1 - f.magnitude * std::min(1.0, e / 20);
     case Kind::kLowMfu:
@@ -165,6 +189,32 @@ double FaultSpeed(const ResolvedFault& f, double e) {
 }  // namespace
 
 bool IsNodeFault(const ResolvedFault& fault) { return OnNode(KindOf(fault)); }
+
+bool FaultHitsNode(const ResolvedFault& fault, const std::string& node) {
+  Kind k = KindOf(fault);
+  if (!OnNode(k)) return true;
+  if (k == Kind::kRackDown && !fault.spec.nodes.empty()) {
+    return std::find(fault.spec.nodes.begin(), fault.spec.nodes.end(), node) !=
+           fault.spec.nodes.end();
+  }
+  return node == fault.spec.node;
+}
+
+bool FaultKillsJob(const ResolvedFault& fault) {
+  switch (KindOf(fault)) {
+    case Kind::kNodeDown:
+    case Kind::kRackDown:
+    case Kind::kFellOffBus:
+    case Kind::kEccDbe:
+    case Kind::kPacketLoss:
+    case Kind::kLossNan:
+      return true;
+    case Kind::kGradExplosion:
+      return fault.ends_in_nan;
+    default:
+      return false;
+  }
+}
 
 absl::StatusOr<std::vector<ResolvedFault>> ResolveFaults(
     const ScenarioSpec& spec, uint64_t seed) {
@@ -220,6 +270,15 @@ absl::StatusOr<std::vector<ResolvedFault>> ResolveFaults(
       case Kind::kLossScaleThrash:
         m = 0.3 + 0.05 * u;
         break;
+      case Kind::kNvlinkBandwidth:
+        m = 0.25 + 0.04 * u;
+        break;
+      case Kind::kXidStorm:
+        m = std::round(10000 * (1 + 0.3 * u));
+        break;
+      case Kind::kRackDown:
+        m = static_cast<double>(std::max<size_t>(1, f.spec.nodes.size()));
+        break;
       default:
         m = 1;
         break;
@@ -230,6 +289,13 @@ absl::StatusOr<std::vector<ResolvedFault>> ResolveFaults(
     f.period_steps = f.spec.period_steps.value_or(
         3 + static_cast<int>(3 * Unit(f.seed + 3)));
     f.ends_in_nan = f.spec.nan.value_or(Unit(f.seed + 4) < 0.5);
+    if (*kind == Kind::kXidStorm) {
+      // Half the storms are hardware (contained ECC), half the
+      // application's (graphics exception, MMU fault).
+      f.xid_code = f.spec.xid.value_or(Unit(f.seed + 5) < 0.5   ? 94
+                                       : Unit(f.seed + 6) < 0.5 ? 13
+                                                                : 31);
+    }
     f.job_speed = FaultSpeed(f, 1e9);
     out.push_back(std::move(f));
   }
@@ -333,6 +399,25 @@ std::vector<ExpectedIncident> ExpectedIncidents(const ResolvedFault& f) {
     case Kind::kLossScaleThrash:
       out.push_back({{"loss_scale_thrash"}, "P2", false, false, 0});
       break;
+    case Kind::kNvlinkBandwidth:
+      // One incident on the GPU, at the severity of what it costs the job.
+      out.push_back({{"nvlink_traffic_low", "gpu_clock_low", "gpu_power_low",
+                      "throughput_drop_severe"},
+                     "P1",
+                     true,
+                     true,
+                     0});
+      break;
+    case Kind::kXidStorm:
+      if (f.xid_code == 94 || f.xid_code == 63 || f.xid_code == 92) {
+        out.push_back({{"xid_gpu_error"}, "P1", true, true, 0});
+      } else {  // the application's fault: the job's incident
+        out.push_back({{"xid_app_error"}, "P2", false, false, 0});
+      }
+      break;
+    case Kind::kRackDown:
+      out.push_back({{"node_down"}, "P0", false, false, 0, true});
+      break;
   }
   return out;
 }
@@ -354,6 +439,7 @@ std::vector<std::string> SideEffectKinds(const ResolvedFault& f) {
     case Kind::kPacketLoss:
     case Kind::kFellOffBus:
     case Kind::kNodeDown:
+    case Kind::kRackDown:
     case Kind::kEccDbe:
       out = slow;
       out.insert(out.end(), {"job_hang", "throughput_drop_severe", "xid",
@@ -381,6 +467,13 @@ std::vector<std::string> SideEffectKinds(const ResolvedFault& f) {
       break;
     case Kind::kPowerLow:
       out = {"baseline_fluctuation", "gpu_temperature_high"};
+      break;
+    case Kind::kNvlinkBandwidth:
+      out = slow;
+      out.insert(out.end(), {"throughput_drop_severe", "pcie_replays"});
+      break;
+    case Kind::kXidStorm:
+      out = {"baseline_fluctuation", "xid"};
       break;
   }
   return out;
@@ -482,7 +575,7 @@ void FaultScenario::Apply(const ScenarioContext& ctx, NodeTick* tick) const {
     }
     std::optional<double> e = Elapsed(i, ctx);
     if (!e.has_value()) continue;
-    if (OnNode(KindOf(f)) && node_ != f.spec.node) continue;
+    if (!FaultHitsNode(f, node_)) continue;
     ApplyOne(i, *e, ctx, tick);
   }
 }
@@ -646,8 +739,35 @@ void FaultScenario::ApplyOne(size_t i, double e, const ScenarioContext& ctx,
       }
       break;
     case Kind::kNodeDown:
+    case Kind::kRackDown:
       tick->node_up = false;
       break;
+    case Kind::kNvlinkBandwidth: {
+      // The link trains down to fewer lanes without logging an error: NCCL
+      // routes most of this GPU's traffic through PCIe, its transfers crawl
+      // and its peers wait for it at every collective.
+      double ratio = 1 - (1 - f.magnitude) * std::min(1.0, e / 20);
+      double wiggle = 1 + 0.03 * Noise(i, ts, 1);
+      gpu.nvlink_tx_bytes *= ratio * wiggle;
+      gpu.nvlink_rx_bytes *= ratio * wiggle;
+      double speed = FaultSpeed(f, e);
+      const TickTime& t = tick->time;
+      double ckpt = t.dt > 0 ? t.checkpoint_s / t.dt : 0;
+      gpu.power_watts = (1 - ckpt) * (speed * gpu.busy_power_watts +
+                                      (1 - speed) * kSlowLinkPowerWatts) +
+                        ckpt * kCheckpointPowerWatts;
+      gpu.utilization = std::max(gpu.utilization, 0.99);
+      break;
+    }
+    case Kind::kXidStorm: {
+      double storm = XidStormSeconds(f);
+      if (e < storm) {
+        uint64_t n = Events(f.magnitude / storm, dt, u(1));
+        gpu.xid_errors += std::max<uint64_t>(n, e == 0 ? 1 : 0);
+      }
+      gpu.xid_last = static_cast<uint32_t>(f.xid_code);
+      break;
+    }
     case Kind::kThroughputDrop:
     case Kind::kLowMfu:
       break;  // all in the job's speed
@@ -662,7 +782,10 @@ void FaultScenario::ApplyOne(size_t i, double e, const ScenarioContext& ctx,
       // GradScaler: an overflowing step is skipped and halves the scale;
       // the scale only grows after 2000 clean steps, which never come.
       State& s = state_[i];
-      if (s.scale_step < 0) s.scale_step = train.step;
+      if (s.scale_step < 0) {  // from the job's scale, if it has one
+        s.scale_step = train.step;
+        s.scale = train.loss_scale.value_or(s.scale);
+      }
       while (s.scale_step < train.step) {
         ++s.scale_step;
         double p = f.magnitude * std::clamp(std::log2(s.scale) / 16, 0.1, 1.0);

@@ -32,6 +32,7 @@ struct ResolvedFault {
   double hang_after_seconds = 0;  // packet_loss_hang
   int period_steps = 0;           // dataloader_stall
   bool ends_in_nan = false;       // grad_explosion
+  int xid_code = 0;               // xid_storm: the code reported
   uint64_t seed = 0;              // of the fault's own randomness
 };
 
@@ -55,6 +56,9 @@ struct ExpectedIncident {
   // Seconds after the fault's start at which the condition exists (the
   // hang of packet_loss_hang comes later than the loss).
   double after_seconds = 0;
+  // rack_down: one incident naming exactly the fault's nodes
+  // (FaultSpec::nodes) rather than one node.
+  bool nodes = false;
 };
 
 // What the rules should make of `fault`: its incidents, in order (a later
@@ -63,10 +67,18 @@ struct ExpectedIncident {
 std::vector<ExpectedIncident> ExpectedIncidents(const ResolvedFault& fault);
 std::vector<std::string> SideEffectKinds(const ResolvedFault& fault);
 
-// True if `fault` sits on one node (its spec's node); false for job-wide
-// kinds (loss_nan, grad_explosion, loss_oscillation, throughput drops,
-// low_mfu, loss_scale_thrash), which every node shows alike.
+// True if `fault` sits on one node (its spec's node; rack_down: its spec's
+// nodes, the first being its node); false for job-wide kinds (loss_nan,
+// grad_explosion, loss_oscillation, throughput drops, low_mfu,
+// loss_scale_thrash), which every node shows alike.
 bool IsNodeFault(const ResolvedFault& fault);
+// True if `fault` shows its signature on `node`: any node for job-wide
+// kinds.
+bool FaultHitsNode(const ResolvedFault& fault, const std::string& node);
+// True if `fault` stops the job for good (the job is cancelled or requeued
+// when it ends): node_down, rack_down, gpu_fell_off_bus, ecc_dbe,
+// packet_loss_hang, loss_nan, and grad_explosion ending in NaN.
+bool FaultKillsJob(const ResolvedFault& fault);
 
 // Resolves `spec`'s faults (defaults filled by ResolveFaultDefaults) with
 // strengths drawn from `seed`. kInvalidArgument on an unknown kind.
@@ -74,7 +86,8 @@ absl::StatusOr<std::vector<ResolvedFault>> ResolveFaults(
     const ScenarioSpec& spec, uint64_t seed);
 
 // Sets what the job must be for the faults to make sense (fp16 for
-// loss_scale_thrash). Call on every node's options.
+// loss_scale_thrash). Call on every node's options. A loss_scale_thrash
+// fault continues the job's loss scale when it has one.
 void AdjustJobOptions(const std::vector<ResolvedFault>& faults,
                       SimulatorOptions* options);
 

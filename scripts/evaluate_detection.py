@@ -69,6 +69,13 @@ def localised(line, entry, fault, required):
                 return False
         elif line[field] != fault[field]:
             return False
+    # rack_down: one incident naming exactly the nodes that went down.
+    if entry.get("nodes") is not None:
+        if line.get("nodes") is None:
+            if required:
+                return False
+        elif sorted(line["nodes"]) != sorted(entry["nodes"]):
+            return False
     return True
 
 

@@ -31,6 +31,13 @@ bool Localised(const json& line, const json& entry, const json& fault,
       return false;
     }
   }
+  // rack_down: one incident naming exactly the nodes that went down.
+  if (entry.contains("nodes") && !entry["nodes"].is_null()) {
+    if (!line.contains("nodes") || line["nodes"].is_null()) return !required;
+    std::set<json> want(entry["nodes"].begin(), entry["nodes"].end());
+    std::set<json> got(line["nodes"].begin(), line["nodes"].end());
+    if (want != got) return false;
+  }
   return true;
 }
 

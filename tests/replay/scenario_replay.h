@@ -58,9 +58,10 @@ struct Score {
 // the fault's start whose severity is the entry's, whose kind is one of the
 // entry's kinds (or whose id is that of the incident meeting the first
 // entry: grouping raised it), and which carries the truth's node/GPU where
-// the entry asks for them. A P0-P2 line is a false alarm unless its
-// incident met an entry, or its kind is a side effect of the fault, or one
-// of the entries' kinds with a localisation not contradicting the truth.
+// the entry asks for them (rack_down: its "nodes", as a set). A P0-P2 line
+// is a false alarm unless its incident met an entry, or its kind is a side
+// effect of the fault, or one of the entries' kinds with a localisation not
+// contradicting the truth.
 Score ScoreReplay(const ScenarioReplay& replay);
 
 }  // namespace vigil
