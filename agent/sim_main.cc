@@ -9,13 +9,23 @@
 //             [--fault-node NAME] [--fault-gpu N] [--fault-at-step N]
 //             [--fault-at SECONDS]
 //
-// Flags take "--name value" or "--name=value".
+// or a cluster living its ordinary life, jobs coming and going, with
+// faults of every kind at random times (agent/multi_job_sim.h):
+//
+//   vigil-sim --multi-job --output FILE|- [--truth FILE]
+//             [--nodes 64] [--gpus 8] [--hours 24 | --seconds S]
+//             [--interval 10] [--seed 1] [--start-ts 1764000000]
+//             [--faults-per-day 12 | --no-faults]
+//
+// Valued flags take "--name value" or "--name=value".
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "agent/cluster_sim.h"
+#include "agent/multi_job_sim.h"
 #include "agent/scenario_spec.h"
 #include "common/clock.h"
 
@@ -27,11 +37,90 @@ constexpr char kUsage[] =
     "         [--interval 1.0] [--seed 1] [--job llama-70b]\n"
     "         [--start-ts 1764000000] [--start-step 0] [--truth FILE]\n"
     "         [--fault-node n001] [--fault-gpu 3] [--fault-at-step N]\n"
-    "         [--fault-at SECONDS]\n";
+    "         [--fault-at SECONDS]\n"
+    "   or: vigil-sim --multi-job --output FILE|- [--truth FILE]\n"
+    "         [--nodes 64] [--gpus 8] [--hours 24 | --seconds S]\n"
+    "         [--interval 10] [--seed 1] [--start-ts 1764000000]\n"
+    "         [--faults-per-day 12 | --no-faults]\n";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "vigil-sim: %s\n%s", message.c_str(), kUsage);
   return 2;
+}
+
+// Writes `text` to `path`; false on failure.
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return false;
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  return std::fclose(f) == 0 && ok;
+}
+
+// --multi-job: `flags` as parsed, `given` the flags on the command line.
+int MultiJob(std::map<std::string, std::string>& flags,
+             const std::set<std::string>& given, bool no_faults) {
+  for (const char* f : {"scenario", "job", "start-step", "fault-node",
+                        "fault-gpu", "fault-at-step", "fault-at"}) {
+    if (given.count(f)) {
+      return Fail(std::string("--") + f + " is not a --multi-job flag");
+    }
+  }
+  if (flags["output"].empty()) return Fail("--output is required");
+  if (no_faults && given.count("faults-per-day")) {
+    return Fail("give --faults-per-day or --no-faults, not both");
+  }
+  vigil::agent::MultiJobOptions options;
+  if (!given.count("nodes")) flags["nodes"] = "64";
+  if (!given.count("interval")) flags["interval"] = "10";
+  double hours = 24;
+  if (!absl::SimpleAtoi(flags["nodes"], &options.nodes) ||
+      !absl::SimpleAtoi(flags["gpus"], &options.gpus) ||
+      !absl::SimpleAtod(flags["interval"], &options.interval_seconds) ||
+      !absl::SimpleAtoi(flags["seed"], &options.seed) ||
+      !absl::SimpleAtod(flags["start-ts"], &options.start_ts) ||
+      (!flags["hours"].empty() && !absl::SimpleAtod(flags["hours"], &hours)) ||
+      (!flags["seconds"].empty() &&
+       !absl::SimpleAtod(flags["seconds"], &options.seconds)) ||
+      (!flags["faults-per-day"].empty() &&
+       !absl::SimpleAtod(flags["faults-per-day"], &options.faults_per_day))) {
+    return Fail("bad number in a flag");
+  }
+  if (!flags["hours"].empty() || flags["seconds"].empty()) {
+    options.seconds = hours * 3600;  // --hours wins, as without --multi-job
+  }
+  if (no_faults) options.faults_per_day = 0;
+
+  std::FILE* out = flags["output"] == "-"
+                       ? stdout
+                       : std::fopen(flags["output"].c_str(), "w");
+  if (out == nullptr) return Fail("cannot write " + flags["output"]);
+  const double started = vigil::RealClock()->Now();
+  absl::StatusOr<vigil::agent::MultiJobResult> run =
+      vigil::agent::SimulateMultiJob(options, [out](std::string_view s) {
+        std::fwrite(s.data(), 1, s.size(), out);
+      });
+  bool write_failed = std::fflush(out) != 0 || std::ferror(out) != 0;
+  if (out != stdout) write_failed = std::fclose(out) != 0 || write_failed;
+  if (!run.ok()) return Fail(std::string(run.status().message()));
+  if (write_failed) return Fail("error writing " + flags["output"]);
+  if (!flags["truth"].empty() &&
+      !WriteFile(flags["truth"],
+                 vigil::agent::MultiJobTruthJson(options, *run))) {
+    return Fail("cannot write " + flags["truth"]);
+  }
+  double wall = vigil::RealClock()->Now() - started;
+  std::fprintf(stderr,
+               "vigil-sim: multi-job: %d nodes x %d GPUs, %.0f simulated s "
+               "at %g s: %zu runs, %zu faults, busy %.1f %%: %llu frames, "
+               "%llu samples in %.2f s (%.0f frames/s, %.2f M samples/s)\n",
+               options.nodes, options.gpus, options.seconds,
+               options.interval_seconds, run->plan.runs.size(),
+               run->plan.faults.size(), 100 * run->plan.busy_fraction,
+               static_cast<unsigned long long>(run->frames),
+               static_cast<unsigned long long>(run->samples), wall,
+               run->frames / std::max(wall, 1e-9),
+               run->samples / std::max(wall, 1e-9) / 1e6);
+  return 0;
 }
 
 }  // namespace
@@ -45,12 +134,19 @@ int main(int argc, char** argv) {
       {"job", "llama-70b"},  {"start-ts", "1764000000"},
       {"start-step", "0"},   {"truth", ""},
       {"fault-node", ""},    {"fault-gpu", ""},
-      {"fault-at-step", ""}, {"fault-at", ""}};
+      {"fault-at-step", ""}, {"fault-at", ""},
+      {"faults-per-day", ""}};
+  std::set<std::string> given;
+  bool multi_job = false, no_faults = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    }
+    if (arg == "--multi-job" || arg == "--no-faults") {
+      (arg == "--multi-job" ? multi_job : no_faults) = true;
+      continue;
     }
     if (arg.rfind("--", 0) != 0) return Fail("unexpected argument " + arg);
     std::string name = arg.substr(2), value;
@@ -64,6 +160,11 @@ int main(int argc, char** argv) {
     }
     if (flags.find(name) == flags.end()) return Fail("unknown flag --" + name);
     flags[name] = value;
+    given.insert(name);
+  }
+  if (multi_job) return MultiJob(flags, given, no_faults);
+  if (no_faults || given.count("faults-per-day")) {
+    return Fail("--faults-per-day and --no-faults need --multi-job");
   }
   if (flags["scenario"].empty() || flags["output"].empty()) {
     return Fail("--scenario and --output are required");
