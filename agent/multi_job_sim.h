@@ -19,8 +19,9 @@
 //    same name), failed (25 %) or cancelled (15 %); the last two are
 //    followed by the family's next job <family>-r<N+1>, submitted 10-60 min
 //    later from the last checkpoint on a comparable node count (x0.75..x1.25).
-//  - Other jobs, submitted whenever nodes are free: 1, 2, 4, 8, 16 or 32
-//    nodes with weights 30/22/20/14/9/5 %, LU(30 min, 24 h) of work
+//  - Other jobs, queued one after the other: 1, 2, 4, 8, 16 or 32 nodes
+//    with weights 30/22/20/14/9/5 % (at most a quarter of the cluster: 16
+//    of 64), LU(30 min, 24 h) of work
 //    (at most 8 h on the lemon node), ending completed (64 %), cancelled
 //    (12 %) or failed (14 %: a crash, every rank at the same step); 12 % are
 //    preempted once or twice part-way (20-70 % of the work left) and
@@ -32,7 +33,10 @@
 //    exponential with mean 40 min) after its job's processes end (linger
 //    agents: after their 300 s of lingering). Requeued and continued jobs
 //    go first; a requeued job takes its previous nodes when they are all
-//    free (70 %), otherwise any free nodes. Busy node-time is ~80-90 %
+//    free (70 %), otherwise any free nodes. Then the queue, first come
+//    first served: its head waits for enough free nodes, and after 45 min
+//    is resubmitted on what is free. Busy node-time is ~88 % over a week,
+//    a little more over a day (all nodes busy at the start)
 //    (ClusterPlan::busy_fraction).
 //  - Per job: step time LU(0.5 s, 5 s) (92 %) or U(20 s, 60 s) (8 %, slow
 //    jobs); bf16 (70 %) or fp16 (30 %, with a GradScaler:
