@@ -5,7 +5,7 @@
 namespace vigil {
 namespace {
 
-constexpr std::array<std::string_view, 28> kNames = {
+constexpr std::array<std::string_view, 33> kNames = {
     "loss_nan",          "grad_nan",
     "ecc_dbe",           "nvlink_errors",
     "net_drops",         "net_retransmits",
@@ -20,8 +20,11 @@ constexpr std::array<std::string_view, 28> kNames = {
     "grad_explosion",    "grad_vanishing",
     "loss_oscillation",  "loss_scale_thrash",
     "ecc_sbe_rate",      "mfu_low",
+    "job_ended",         "idle_node_silent",
+    "job_unreachable",   "repeat_offender",
+    "gpu_hours_at_risk",
 };
-static_assert(static_cast<size_t>(AnomalyKind::kMfuLow) + 1 == kNames.size());
+static_assert(static_cast<size_t>(AnomalyKind::kGpuHoursAtRisk) + 1 == kNames.size());
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vigil {
 
@@ -47,6 +48,16 @@ enum class AnomalyKind : uint8_t {
   kLossScaleThrash,  // AMP loss scale halved repeatedly.
   kEccSbeRate,       // single-bit ECC rate above the daily threshold.
   kMfuLow,           // MFU below threshold, sustained.
+  // Job lifecycle and fleet conditions (appended: names are a contract).
+  kJobEnded,        // every node of a job stopped it: a marker, the
+                    // scheduler, or nodes stopping together at one step.
+                    // Raised and cleared at once; never a fault.
+  kIdleNodeSilent,  // a node that runs no training job stopped reporting.
+  kJobUnreachable,  // the scheduler runs a job none of whose nodes report.
+  kRepeatOffender,  // a node (GPU) implicated in faults of several jobs
+                    // (raised by rules/, not by the detector).
+  kGpuHoursAtRisk,  // a fault's job has much unsaved work: GPUs x time
+                    // since its last checkpoint (raised by rules/).
 };
 
 // The stable snake_case name of `kind`, e.g. "loss_nan".
@@ -67,8 +78,15 @@ struct Anomaly {
   int tier = 1;
   std::string job;
   std::string node;  // Empty for job-wide conditions (job_hang).
+  // Every node of a condition that spans several at once (nodes of one
+  // job that fell silent together), sorted; then `node` is empty. Empty
+  // for single-node and job-wide conditions.
+  std::vector<std::string> nodes;
   std::optional<int> gpu;
   std::string dev;  // NIC or disk, when the series has a "dev" label.
+  // The event code that identifies the condition, when the kind has one
+  // (the XID code of kXid); part of the condition's identity.
+  std::optional<int> code;
   double ts = 0;    // Time of the frame (or AdvanceTime) that decided it.
   std::optional<int64_t> step;
   // Store id of the series involved, when one series is the evidence.

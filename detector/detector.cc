@@ -1,6 +1,5 @@
-// Registration, frame ingestion, benign-phase inference and the per-series
-// detectors (red lines, baseline, throughput, grad norm, loss, loss scale,
-// ECC SBE rate, MFU).
+// Registration, pairs and runs, frame ingestion, benign-phase inference,
+// red lines and XID conditions.
 #include "detector/detector.h"
 
 #include <algorithm>
@@ -14,15 +13,15 @@ namespace vigil {
 
 using detector_internal::GpuState;
 using detector_internal::JobState;
-using detector_internal::kHistory;
 using detector_internal::kInf;
 using detector_internal::kNaN;
 using detector_internal::kNone;
 using detector_internal::kNoStep;
-using detector_internal::kOscWindow;
 using detector_internal::NodeState;
 using detector_internal::SeriesAux;
 using detector_internal::SeriesState;
+using detector_internal::Stage;
+using detector_internal::XidCondition;
 
 namespace detector_internal {
 
@@ -37,10 +36,6 @@ double MedianInPlace(std::vector<double>& v) {
   return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + mid));
 }
 
-namespace {
-
-// Median and 1.4826 x MAD of `v` (reordered), with a mean-absolute-deviation
-// fallback when more than half the values are equal.
 void RobustStats(std::vector<double>& v, double* median, double* sigma) {
   *median = MedianInPlace(v);
   double abs_sum = 0;
@@ -52,19 +47,56 @@ void RobustStats(std::vector<double>& v, double* median, double* sigma) {
   if (*sigma == 0 && !v.empty()) *sigma = 1.2533 * abs_sum / v.size();
 }
 
-}  // namespace
+double BandWidening(double k, double n_eff) {
+  if (!(n_eff > 1)) n_eff = 1;
+  // A MAD sigma is as good as a standard deviation from 37 % as many
+  // samples: that many degrees of freedom.
+  const double nu = std::max(2.0, 0.37 * (n_eff - 1));
+  const double z = k, z3 = z * z * z, z5 = z3 * z * z, z7 = z5 * z * z;
+  const double t = z + (z3 + z) / (4 * nu) +
+                   (5 * z5 + 16 * z3 + 3 * z) / (96 * nu * nu) +
+                   (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * nu * nu * nu);
+  return std::max(1.0, t * std::sqrt(1 + 1 / n_eff) / k);
+}
+
 }  // namespace detector_internal
+
+Detector::Impl::Impl(const DetectorOptions& o) : opt(o) {
+  if (!opt.lifecycle.family_pattern.empty()) {
+    try {
+      family_re.emplace(opt.lifecycle.family_pattern);
+    } catch (const std::regex_error&) {
+      family_re.reset();  // Validated by the caller; never fatal here.
+    }
+  }
+}
 
 Detector::Detector(const DetectorOptions& options)
     : impl_(std::make_unique<Impl>(options)) {}
 
 Detector::~Detector() = default;
 
+absl::Status Detector::ValidateOptions(const DetectorOptions& options) {
+  try {
+    std::regex re(options.lifecycle.family_pattern);
+    if (re.mark_count() < 1 && !options.lifecycle.family_pattern.empty()) {
+      return absl::InvalidArgumentError(
+          "family_pattern needs a capture group (the family)");
+    }
+  } catch (const std::regex_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("family_pattern is not a valid regex: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
 DetectorStats Detector::stats() const {
   DetectorStats s = impl_->stats;
-  s.series = static_cast<int64_t>(impl_->series.size());
-  s.nodes = static_cast<int64_t>(impl_->nodes.size());
-  s.jobs = static_cast<int64_t>(impl_->jobs.size());
+  s.series = static_cast<int64_t>(impl_->series.size() -
+                                  impl_->free_series.size());
+  s.nodes =
+      static_cast<int64_t>(impl_->nodes.size() - impl_->free_nodes.size());
+  s.jobs = static_cast<int64_t>(impl_->jobs.size() - impl_->free_jobs.size());
   return s;
 }
 
@@ -74,15 +106,37 @@ bool Detector::HasSeries(uint32_t id) const {
 
 std::optional<SeriesBaseline> Detector::Baseline(uint32_t id) const {
   if (!HasSeries(id)) return std::nullopt;
-  const SeriesState& s = impl_->series[impl_->dense_of_id[id]];
+  const Impl& m = *impl_;
+  const SeriesState& s = m.series[m.dense_of_id[id]];
   SeriesBaseline b;
-  b.learned = s.learned && std::isfinite(s.level);
-  b.k_sigma = impl_->opt.baseline.k_sigma;
+  const Metric metric = s.traits.metric;
+  b.learns = s.traits.mode != BaselineMode::kNone ||
+             metric == Metric::kTrainTokensPerSecond ||
+             metric == Metric::kTrainGradNorm;
+  b.learned = s.learned() && std::isfinite(s.level);
+  b.usable = s.usable() && std::isfinite(s.level);
+  b.k_sigma = m.opt.baseline.k_sigma * s.widen;
   b.rate = s.traits.counter;
   b.evaluated = s.evaluated;
-  if (b.learned) {
+  b.learn_target_steps = m.opt.baseline.learn_steps;
+  b.learn_max_seconds = m.opt.baseline.learn_max_s;
+  b.source = s.stage == Stage::kEarly       ? "early"
+             : s.stage == Stage::kInherited ? "inherited"
+             : s.stage == Stage::kLearned   ? "learned"
+                                            : "learning";
+  if (s.first_step != kNoStep && s.node != kNone &&
+      m.nodes[s.node].step != kNoStep) {
+    b.learn_progress_steps = m.nodes[s.node].step - s.first_step;
+  } else {
+    b.learn_progress_steps = s.evaluated;
+  }
+  if (std::isfinite(s.learn_start_ts) && s.node != kNone &&
+      std::isfinite(m.nodes[s.node].last_ts)) {
+    b.learn_progress_seconds = m.nodes[s.node].last_ts - s.learn_start_ts;
+  }
+  if (b.usable) {
     b.mean = s.level;
-    b.sigma = impl_->Sigma(s);
+    b.sigma = m.Sigma(s);
   }
   return b;
 }
@@ -103,7 +157,6 @@ absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
     m.dense_of_id.resize(std::max<size_t>(id + 1, m.dense_of_id.size() * 2),
                          kNone);
   }
-  m.dense_of_id[id] = static_cast<uint32_t>(m.series.size());
   SeriesState s;
   s.id = id;
   s.traits = LookupMetric(key.metric);
@@ -116,11 +169,26 @@ absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
   const Metric metric = s.traits.metric;
   if (metric == Metric::kTrainLoss || metric == Metric::kTrainLossScale ||
       metric == Metric::kGpuEccSbe) {
-    s.aux = static_cast<uint32_t>(m.aux.size());
-    m.aux.emplace_back();
+    if (!m.free_aux.empty()) {
+      s.aux = m.free_aux.back();
+      m.free_aux.pop_back();
+    } else {
+      s.aux = static_cast<uint32_t>(m.aux.size());
+      m.aux.emplace_back();
+    }
   }
-  m.series.push_back(std::move(s));
-  m.keys.push_back(key);
+  uint32_t dense;
+  if (!m.free_series.empty()) {
+    dense = m.free_series.back();
+    m.free_series.pop_back();
+    m.series[dense] = std::move(s);
+    m.keys[dense] = key;
+  } else {
+    dense = static_cast<uint32_t>(m.series.size());
+    m.series.push_back(std::move(s));
+    m.keys.push_back(key);
+  }
+  m.dense_of_id[id] = dense;
   return absl::OkStatus();
 }
 
@@ -128,40 +196,119 @@ uint32_t Detector::Impl::NodeFor(std::string_view job_name,
                                  std::string_view node_name) {
   auto jit = job_by_name.find(detector_internal::AbslView(job_name));
   if (jit == job_by_name.end()) {
-    jit = job_by_name.emplace(std::string(job_name), jobs.size()).first;
-    jobs.emplace_back();
-    jobs.back().name = std::string(job_name);
+    uint32_t idx;
+    if (!free_jobs.empty()) {
+      idx = free_jobs.back();
+      free_jobs.pop_back();
+      jobs[idx] = JobState();
+    } else {
+      idx = static_cast<uint32_t>(jobs.size());
+      jobs.emplace_back();
+    }
+    JobState& j = jobs[idx];
+    j.name = std::string(job_name);
+    std::smatch match;
+    if (family_re && std::regex_match(j.name, match, *family_re) &&
+        match.size() > 1 && match[1].length() > 0) {
+      j.family = match[1].str();
+    }
+    jit = job_by_name.emplace(j.name, idx).first;
   }
   JobState& j = jobs[jit->second];
   if (auto nit = j.nodes_by_name.find(detector_internal::AbslView(node_name));
       nit != j.nodes_by_name.end()) {
     return nit->second;
   }
-  const uint32_t idx = static_cast<uint32_t>(nodes.size());
+  uint32_t idx;
+  if (!free_nodes.empty()) {
+    idx = free_nodes.back();
+    free_nodes.pop_back();
+    nodes[idx] = NodeState();
+  } else {
+    idx = static_cast<uint32_t>(nodes.size());
+    nodes.emplace_back();
+  }
   j.nodes_by_name.emplace(std::string(node_name), idx);
   j.nodes.push_back(idx);
-  nodes.emplace_back();
-  nodes.back().name = std::string(node_name);
-  nodes.back().job = jit->second;
-  // A node that moves to another job leaves its old pair: no silence
-  // alarm for the job it no longer runs.
-  auto [it, inserted] = node_by_name.try_emplace(std::string(node_name), idx);
-  if (!inserted) {
+  NodeState& n = nodes[idx];
+  n.name = std::string(node_name);
+  n.job = jit->second;
+  n.retired = true;  // until Activate makes it the node's current pair
+  return idx;
+}
+
+void Detector::Impl::Activate(uint32_t idx, const FrameView& frame) {
+  NodeState& n = nodes[idx];
+  JobState& j = jobs[n.job];
+  auto [it, inserted] = node_by_name.try_emplace(n.name, idx);
+  if (!inserted && it->second != idx) {
+    // The node moved on to another job: its old pair stops counting. No
+    // silence alarm for the job it no longer runs.
     NodeState& old = nodes[it->second];
     old.retired = true;
     if (old.silent) {
       old.silent = false;
-      Emit(AnomalyKind::kNodeSilent, true, it->second, kNone, kNone, 0);
+      Emit(old.silent_idle ? AnomalyKind::kIdleNodeSilent
+                           : AnomalyKind::kNodeSilent,
+           true, it->second, kNone, kNone, 0);
     }
     it->second = idx;
   }
-  return idx;
+  if (n.ended) {
+    // Frames of a job that ended on this node: an agent that lingers on
+    // the finished job (its step frozen), or the job resumed here.
+    if (frame.step && *frame.step != n.end_step) {
+      n.ended = false;
+      n.retired = false;
+      StartRun(n, j, frame);
+    }
+    return;
+  }
+  if (n.retired) {
+    n.retired = false;
+    StartRun(n, j, frame);
+  }
+}
+
+void Detector::Impl::StartRun(NodeState& n, JobState& j,
+                              const FrameView& frame) {
+  n.run_start_ts = frame.ts;
+  n.run_start_step = frame.step ? *frame.step : kNoStep;
+  n.rewarm = true;
+  n.silent = false;
+  n.step = kNoStep;
+  n.in_dip = false;
+  n.grace = 0;
+  if (j.ended || std::isnan(j.run_start_ts)) {
+    // A new run of the job: the first node to report starts it.
+    j.ended = false;
+    j.end_ts = kNaN;
+    j.run_start_ts = frame.ts;
+    j.last_checkpoint_ts = kNaN;
+    j.hang_raised = false;
+    j.has_steps = false;
+    j.last_progress_ts = kNaN;
+    j.awaiting_since = kNaN;
+    j.unreachable_raised = false;
+    j.peak_nodes = 0;
+  }
+  for (uint32_t g : n.gpus) {
+    GpuState& gs = gpus[g];
+    gs.mem_fit = EwLineFit();
+    gs.mem_fit_start = kNaN;
+  }
+  int live = 0;
+  for (uint32_t p : j.nodes) live += nodes[p].retired || nodes[p].ended ? 0 : 1;
+  j.peak_nodes = std::max(j.peak_nodes, live);
 }
 
 void Detector::Impl::Bind(SeriesState& s, uint32_t node) {
   s.node = node;
   NodeState& n = nodes[node];
+  n.series.push_back(
+      static_cast<uint32_t>(&s - series.data()));
   if (s.traits.metric == Metric::kTrainLossScale) n.fp16 = true;
+  if (s.traits.metric == Metric::kTrainTokensPerSecond) n.has_tokens = true;
   if (s.gpu_label < 0) return;
   for (uint32_t g : n.gpus) {
     if (gpus[g].index == s.gpu_label) {
@@ -170,11 +317,17 @@ void Detector::Impl::Bind(SeriesState& s, uint32_t node) {
     }
   }
   if (s.gpu == kNone) {
-    s.gpu = static_cast<uint32_t>(gpus.size());
-    gpus.emplace_back();
-    gpus.back().node = node;
-    gpus.back().index = s.gpu_label;
-    gpus.back().last_gpu_frame = n.gpu_frames;
+    if (!free_gpus.empty()) {
+      s.gpu = free_gpus.back();
+      free_gpus.pop_back();
+      gpus[s.gpu] = GpuState();
+    } else {
+      s.gpu = static_cast<uint32_t>(gpus.size());
+      gpus.emplace_back();
+    }
+    gpus[s.gpu].node = node;
+    gpus[s.gpu].index = s.gpu_label;
+    gpus[s.gpu].last_gpu_frame = n.gpu_frames;
     n.gpus.push_back(s.gpu);
     jobs[n.job].gpus.push_back(s.gpu);
   }
@@ -224,6 +377,13 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
   switch (s.traits.metric) {
     case Metric::kGpuPower:
       g.power = x;
+      n.core_gpu = true;
+      break;
+    case Metric::kGpuTemperature:
+      n.core_gpu = true;
+      break;
+    case Metric::kGpuUtilization:
+      g.util = x;
       break;
     case Metric::kGpuSmClock:
       g.clock = x;
@@ -265,20 +425,47 @@ void Detector::ProcessFrame(const FrameView& frame, std::vector<Anomaly>* out) {
   m.out = out;
   m.ts = frame.ts;
   m.step = frame.step;
+  ++m.stats.frames;
+  if (!frame.job_end.job.empty()) {
+    // The node reports that a job ended on it (it now reports `frame.job`).
+    auto jit = m.job_by_name.find(
+        detector_internal::AbslView(frame.job_end.job));
+    if (jit != m.job_by_name.end() && frame.job_end.job != frame.job) {
+      JobState& ended = m.jobs[jit->second];
+      auto nit =
+          ended.nodes_by_name.find(detector_internal::AbslView(frame.node));
+      if (nit != ended.nodes_by_name.end() && !m.nodes[nit->second].ended) {
+        NodeState& p = m.nodes[nit->second];
+        m.EndPair(nit->second, frame.ts,
+                  frame.job_end.step.value_or(p.step));
+        m.MaybeJobEnded(
+            jit->second, frame.ts,
+            frame.job_end.reason.empty()
+                ? std::string_view("the nodes' agents reported its end")
+                : frame.job_end.reason);
+      }
+    }
+  }
   const uint32_t node = m.NodeFor(frame.job, frame.node);
+  m.Activate(node, frame);
   m.cur_node = node;
   NodeState& n = m.nodes[node];
   JobState& j = m.jobs[n.job];
-  ++m.stats.frames;
   ++n.frames;
   n.any_gpu = false;
+  n.core_gpu = false;
   n.phase = -1;
   m.OnFrameTime(n, j, node, frame);
+  const size_t count = std::min(frame.ids.size(), frame.values.size());
+  m.stats.samples += static_cast<int64_t>(count);
+  if (n.ended) {
+    // An agent still reporting a job that ended here: alive, nothing more.
+    m.out = nullptr;
+    return;
+  }
 
   // Pass 1: values and counter rates; gather node/GPU context.
   m.touched.clear();
-  const size_t count = std::min(frame.ids.size(), frame.values.size());
-  m.stats.samples += static_cast<int64_t>(count);
   for (size_t i = 0; i < count; ++i) {
     const uint32_t id = frame.ids[i];
     const uint32_t dense =
@@ -309,13 +496,19 @@ void Detector::AdvanceTime(double ts, std::vector<Anomaly>* out) {
   m.ts = ts;
   m.step.reset();
   m.Scan(ts);
+  if (ts >= m.next_forget) {
+    m.next_forget = ts + 60;
+    m.Forget(ts);
+  }
   m.out = nullptr;
 }
 
 void Detector::Impl::UpdatePhase(NodeState& n, JobState& j) {
   const PhaseOptions& po = opt.phase;
+  const LifecycleOptions& lo = opt.lifecycle;
   const bool phase_benign = n.phase == 1 || n.phase == 2;
   if (phase_benign) j.benign_phase_ts = seen;
+  if (n.phase == 1) j.last_checkpoint_ts = ts;
   scratch.clear();
   for (uint32_t g : n.gpus) {
     const GpuState& gs = gpus[g];
@@ -323,8 +516,23 @@ void Detector::Impl::UpdatePhase(NodeState& n, JobState& j) {
       scratch.push_back(gs.power);
     }
   }
+  if (n.rewarm) {
+    const bool steps_done =
+        n.run_start_step == kNoStep || !step ||
+        *step - n.run_start_step >= lo.rewarm_steps;
+    if (ts - n.run_start_ts >= lo.rewarm_s && steps_done) n.rewarm = false;
+  }
+  n.transient = false;
   if (!scratch.empty()) {
     const double med = detector_internal::MedianInPlace(scratch);
+    if (std::isfinite(n.prev_median_power)) {
+      const double scale = std::isfinite(n.busy)
+                               ? n.busy
+                               : std::max(med, n.prev_median_power);
+      n.transient =
+          std::fabs(med - n.prev_median_power) > po.transient_fraction * scale;
+    }
+    n.prev_median_power = med;
     const bool ready = n.busy_frames >= po.min_busy_frames;
     const bool dip = ready && (n.in_dip ? med < po.dip_exit_fraction * n.busy
                                         : med < po.dip_fraction * n.busy);
@@ -332,10 +540,13 @@ void Detector::Impl::UpdatePhase(NodeState& n, JobState& j) {
       n.dip_start_ts = ts;
       n.in_dip = true;
       RecordDip(n, j);
+      // A job-wide dip is its checkpoint (or eval) when it reports no
+      // phases: the work saved up to here is safe.
+      if (n.phase < 0) j.last_checkpoint_ts = ts;
     }
     n.in_dip = dip;
     const bool long_dip = dip && ts - n.dip_start_ts > po.max_benign_dip_s;
-    if ((!dip || long_dip) && !phase_benign) {
+    if ((!dip || long_dip) && !phase_benign && !n.rewarm) {
       n.busy =
           std::isnan(n.busy) ? med : n.busy + po.busy_alpha * (med - n.busy);
       ++n.busy_frames;
@@ -356,9 +567,13 @@ void Detector::Impl::UpdatePhase(NodeState& n, JobState& j) {
     --n.grace;
     grace = true;
   }
-  n.warmup = step ? *step < opt.baseline.warmup_steps
-                  : n.frames <= opt.baseline.warmup_steps;
-  n.benign = benign_now || grace || n.warmup;
+  // LR warm-up: the first steps of a job, bounded in time so that a job of
+  // slow steps is not blind for hours.
+  const bool young = !std::isfinite(j.run_start_ts) ||
+                     ts - j.run_start_ts < opt.baseline.warmup_max_s;
+  n.warmup = young && (step ? *step < opt.baseline.warmup_steps
+                            : n.frames <= opt.baseline.warmup_steps);
+  n.benign = benign_now || grace || n.warmup || n.rewarm;
 }
 
 Anomaly& Detector::Impl::Emit(AnomalyKind kind, bool cleared, uint32_t node,
@@ -391,19 +606,27 @@ Anomaly& Detector::Impl::Emit(AnomalyKind kind, bool cleared, uint32_t node,
 void Detector::Impl::Evaluate(SeriesState& s, uint32_t dense) {
   const NodeState& n = nodes[s.node];
   const double x = s.cur;
+  if (s.traits.metric == Metric::kGpuXidErrors) {
+    Xid(s, dense);
+    return;
+  }
   RedLines(s, dense, x);
   if (s.traits.metric == Metric::kGpuEccSbe) EccSbe(s, dense);
   // Per-step metrics repeat between steps: only a new step is a sample.
   if (s.traits.per_step && step && !n.step_moved) return;
   if (!std::isfinite(x)) return;
   if (s.traits.metric == Metric::kTrainLossScale) {
-    if (!n.warmup) LossScale(s, dense, x);
+    if (!n.warmup && !n.rewarm) LossScale(s, dense, x);
     return;
   }
   if (n.benign) return;
   switch (s.traits.metric) {
     case Metric::kTrainTokensPerSecond:
       Throughput(s, dense, x);
+      return;
+    case Metric::kTrainStepTime:
+      StepSlowdown(s, dense, x);
+      Baseline(s, dense, x);
       return;
     case Metric::kTrainGradNorm:
       GradNorm(s, dense, x);
@@ -454,11 +677,6 @@ void Detector::Impl::RedLines(SeriesState& s, uint32_t dense, double x) {
     s.red_raised = true;
     Anomaly& a = Emit(*kind, false, s.node, s.gpu, dense, value);
     a.score = value;
-    if (metric == Metric::kGpuXidErrors && s.gpu != kNone &&
-        std::isfinite(gpus[s.gpu].xid_last)) {
-      a.detail =
-          absl::StrCat("xid ", static_cast<int64_t>(gpus[s.gpu].xid_last));
-    }
     return;
   }
   if (s.red_raised && ++s.red_calm >= ro.clear_frames) {
@@ -468,265 +686,64 @@ void Detector::Impl::RedLines(SeriesState& s, uint32_t dense, double x) {
   }
 }
 
-bool Detector::Impl::Learn(SeriesState& s, double x) {
-  const BaselineOptions& bo = opt.baseline;
-  ++s.evaluated;
-  if (step && s.first_step == kNoStep) s.first_step = *step;
-  if (s.learned) return true;
-  double keep = x;
-  if (s.traits.trending) {
-    if (std::isnan(s.level)) {
-      s.level = x;
-      return false;
-    }
-    keep = x - s.level;
-    s.level += bo.trend_level_alpha * (x - s.level);
-  }
-  if (s.learn_seen++ % s.stride == 0) {
-    s.learn.push_back(static_cast<float>(keep));
-    if (static_cast<int>(s.learn.size()) >= bo.learn_buffer) {
-      for (size_t i = 0; i < s.learn.size() / 2; ++i)
-        s.learn[i] = s.learn[2 * i];
-      s.learn.resize(s.learn.size() / 2);
-      s.stride *= 2;
-    }
-  }
-  const int64_t progress =
-      (step && s.first_step != kNoStep) ? *step - s.first_step : s.evaluated;
-  if (progress < bo.learn_steps ||
-      static_cast<int>(s.learn.size()) < bo.min_learn_samples) {
-    return false;
-  }
-  scratch.assign(s.learn.begin(), s.learn.end());
-  double median, sigma;
-  detector_internal::RobustStats(scratch, &median, &sigma);
-  if (!s.traits.trending) s.level = median;
-  s.spread = sigma;
-  s.learned = true;
-  std::vector<float>().swap(s.learn);
-  if (s.aux != kNone) {
-    SeriesAux& ax = aux[s.aux];
-    if (!ax.learn_diffs.empty()) {
-      scratch.assign(ax.learn_diffs.begin(), ax.learn_diffs.end());
-      ax.diff_level = detector_internal::MedianInPlace(scratch);
-      std::vector<float>().swap(ax.learn_diffs);
-    }
-  }
-  return false;
-}
-
-double Detector::Impl::Sigma(const SeriesState& s) const {
-  return std::max({s.spread, opt.baseline.sigma_floor_rel * std::fabs(s.level),
-                   s.traits.sigma_floor, 1e-12});
-}
-
-void Detector::Impl::Adapt(SeriesState& s, double x, bool bad) {
-  if (bad) return;
-  const BaselineOptions& bo = opt.baseline;
-  const double sigma = Sigma(s);
-  const double r = x - s.level;
-  const double clip = bo.k_sigma * sigma;
-  const double alpha =
-      s.traits.trending ? bo.trend_level_alpha : bo.level_alpha;
-  s.level += alpha * std::clamp(r, -clip, clip);
-  s.spread +=
-      bo.sigma_alpha * (1.2533 * std::min(std::fabs(r), clip) - s.spread);
-}
-
-void Detector::Impl::Baseline(SeriesState& s, uint32_t dense, double x) {
-  if (!Learn(s, x)) return;
-  const BaselineOptions& bo = opt.baseline;
-  const double sigma = Sigma(s);
-  const double z = (x - s.level) / sigma;
-  const BaselineMode mode = s.traits.mode;
-  const double bad = mode == BaselineMode::kHigh  ? z
-                     : mode == BaselineMode::kLow ? -z
-                                                  : std::fabs(z);
-  const Sustain::Edge e = s.sustain.Observe(
-      bad > bo.k_sigma, bad < bo.k_clear,
-      s.traits.metric == Metric::kTrainDataloaderWait ? bo.dataloader_sustain
-                                                      : bo.sustain);
-  if (e == Sustain::Edge::kRaised) {
-    s.raised_dir =
-        (mode == BaselineMode::kHigh || (mode == BaselineMode::kBoth && z > 0))
-            ? 1
-            : -1;
-  }
-  if (e != Sustain::Edge::kNone) {
-    Anomaly& a = Emit(s.raised_dir > 0 ? AnomalyKind::kBaselineHigh
-                                       : AnomalyKind::kBaselineLow,
-                      e == Sustain::Edge::kCleared, s.node, s.gpu, dense, x);
-    a.baseline_mean = s.level;
-    a.baseline_sigma = sigma;
-    a.score = z;
-  }
-  Adapt(s, x, bad > bo.k_sigma);
-}
-
-void Detector::Impl::Throughput(SeriesState& s, uint32_t dense, double x) {
-  if (!Learn(s, x) || !(s.level > 0)) return;
-  const TrendOptions& to = opt.trend;
-  const double sigma = Sigma(s);
-  const double z = (x - s.level) / sigma;
-  const double drop = 1 - x / s.level;
-  const bool low = z < -to.throughput_min_z;
-  const Sustain::Edge e2 =
-      s.sustain2.Observe(low && drop > to.throughput_severe,
-                         drop < to.throughput_warn, to.throughput_sustain);
-  const Sustain::Edge e1 =
-      s.sustain.Observe(low && drop > to.throughput_warn,
-                        drop < to.throughput_clear, to.throughput_sustain);
-  int tier = 0;
-  if (e1 == Sustain::Edge::kRaised) {
-    tier = s.sustain2.raised() ? 2 : 1;
-  } else if (e2 == Sustain::Edge::kRaised && s.sustain.raised() &&
-             s.raised_dir < 2) {
-    tier = 2;
-  }
-  if (tier > 0 || e1 == Sustain::Edge::kCleared) {
-    const bool cleared = e1 == Sustain::Edge::kCleared;
-    Anomaly& a =
-        Emit(AnomalyKind::kThroughputDrop, cleared, s.node, kNone, dense, x);
-    a.tier = cleared ? s.raised_dir : tier;
-    a.baseline_mean = s.level;
-    a.baseline_sigma = sigma;
-    a.score = drop;
-    s.raised_dir = static_cast<int8_t>(cleared ? 0 : tier);
-    if (cleared) s.sustain2 = Sustain();
-  }
-  Adapt(s, x, drop > to.throughput_clear);
-}
-
-void Detector::Impl::GradNorm(SeriesState& s, uint32_t dense, double x) {
-  if (!Learn(s, x) || !(s.level > 0)) return;
-  const TrendOptions& to = opt.trend;
-  const double ratio = x / s.level;
-  const Sustain::Edge up =
-      s.sustain.Observe(ratio >= to.grad_explosion_factor,
-                        ratio < to.grad_explosion_clear, to.grad_sustain);
-  const Sustain::Edge down =
-      s.sustain2.Observe(ratio <= to.grad_vanish_fraction,
-                         ratio > to.grad_vanish_clear, to.grad_sustain);
-  for (auto [edge, kind] : {std::pair{up, AnomalyKind::kGradExplosion},
-                            std::pair{down, AnomalyKind::kGradVanishing}}) {
-    if (edge == Sustain::Edge::kNone) continue;
-    Anomaly& a =
-        Emit(kind, edge == Sustain::Edge::kCleared, s.node, kNone, dense, x);
-    a.baseline_mean = s.level;
-    a.baseline_sigma = Sigma(s);
-    a.score = ratio;
-  }
-  Adapt(s, x,
-        ratio > to.grad_explosion_clear || ratio < 1 / to.grad_explosion_clear);
-}
-
-void Detector::Impl::LossPattern(SeriesState& s, uint32_t dense, double x) {
-  SeriesAux& ax = aux[s.aux];
-  const double prev = ax.prev;
-  ax.prev = x;
-  if (std::isnan(prev)) return;
-  const double d = x - prev;
-  ax.diffs[ax.diff_count++ % kOscWindow] = static_cast<float>(d);
-  if (!s.learned) {
-    if (static_cast<int>(ax.learn_diffs.size()) < opt.baseline.learn_buffer) {
-      ax.learn_diffs.push_back(static_cast<float>(std::fabs(d)));
-    }
+void Detector::Impl::Xid(SeriesState& s, uint32_t dense) {
+  if (s.gpu == kNone) {
+    // An XID counter without a GPU label: a plain red line.
+    RedLines(s, dense, s.cur);
     return;
   }
-  if (ax.diff_count < kOscWindow || std::isnan(ax.diff_level)) return;
-  const TrendOptions& to = opt.trend;
-  scratch.clear();
-  int flips = 0;
-  for (int i = 0; i < kOscWindow; ++i) {
-    const float a = ax.diffs[(ax.diff_count + i) % kOscWindow];
-    scratch.push_back(std::fabs(a));
-    if (i > 0) {
-      const float b = ax.diffs[(ax.diff_count + i - 1) % kOscWindow];
-      if ((a > 0) != (b > 0)) ++flips;
+  GpuState& g = gpus[s.gpu];
+  const int code =
+      std::isfinite(g.xid_last) ? static_cast<int>(g.xid_last) : -1;
+  auto emit = [&](XidCondition& c, bool cleared) {
+    Anomaly& a = Emit(AnomalyKind::kXid, cleared, s.node, s.gpu, dense,
+                      c.count);
+    if (c.code >= 0) a.code = c.code;
+    const double span = c.last_ts - c.first_ts;
+    a.score = span > 0 ? c.count / span : c.count;
+    a.detail = c.code >= 0 ? absl::StrCat("xid ", c.code) : "xid";
+    if (c.count > 1) {
+      absl::StrAppend(&a.detail, ", ", static_cast<int64_t>(c.count),
+                      " events");
+      if (span > 0) {
+        absl::StrAppend(&a.detail, " in ", static_cast<int64_t>(span),
+                        " s");
+      }
+    }
+  };
+  if (s.inc > 0) {
+    XidCondition* c = nullptr;
+    for (XidCondition& x : g.xids) {
+      if (x.code == code) c = &x;
+    }
+    if (c == nullptr) {
+      c = &g.xids.emplace_back();
+      c->code = code;
+    }
+    if (!c->raised) {
+      c->raised = true;
+      c->count = 0;
+      c->first_ts = ts;
+      c->reported = 0;
+    }
+    c->count += s.inc;
+    c->last_ts = ts;
+    c->calm = 0;
+    // One condition per code however long the storm: raised once, then
+    // updated (count, rate) each time the count grows tenfold.
+    if (c->reported == 0 || c->count >= 10 * c->reported) {
+      c->reported = c->count;
+      emit(*c, false);
     }
   }
-  const double med = detector_internal::MedianInPlace(scratch);
-  const double ref =
-      std::max({ax.diff_level, 1e-3 * std::fabs(s.level), 1e-12});
-  const double flip_frac = flips / static_cast<double>(kOscWindow - 1);
-  const Sustain::Edge e = ax.osc.Observe(
-      med > to.loss_osc_factor * ref && flip_frac >= to.loss_osc_min_flips,
-      med < 0.5 * to.loss_osc_factor * ref, to.loss_osc_sustain);
-  if (e == Sustain::Edge::kNone) return;
-  Anomaly& a = Emit(AnomalyKind::kLossOscillation, e == Sustain::Edge::kCleared,
-                    s.node, kNone, dense, med);
-  a.baseline_mean = ref;
-  a.score = med / ref;
-  a.detail = absl::StrCat("sign flips ", flips, "/", kOscWindow - 1);
-}
-
-void Detector::Impl::LossScale(SeriesState& s, uint32_t dense, double x) {
-  SeriesAux& ax = aux[s.aux];
-  const int64_t pos = step ? *step : ++s.evaluated;
-  const TrendOptions& to = opt.trend;
-  if (std::isfinite(ax.prev) && x < 0.75 * ax.prev) {
-    ax.halvings[ax.halving_count++ % kHistory] = pos;
+  for (XidCondition& c : g.xids) {
+    if (!c.raised || c.last_ts == ts) continue;
+    if (++c.calm >= opt.red_line.clear_frames) {
+      c.raised = false;
+      emit(c, true);
+    }
   }
-  ax.prev = x;
-  const int kept = std::min({ax.halving_count, kHistory});
-  int recent = 0;
-  int64_t last = kNoStep;
-  for (int i = 0; i < kept; ++i) {
-    const int64_t h = ax.halvings[i];
-    if (h > pos - to.loss_scale_window_steps) ++recent;
-    last = std::max(last, h);
-  }
-  if (!ax.thrash_raised && recent >= to.loss_scale_halvings) {
-    ax.thrash_raised = true;
-    Anomaly& a =
-        Emit(AnomalyKind::kLossScaleThrash, false, s.node, kNone, dense, x);
-    a.score = recent;
-    a.detail = absl::StrCat(recent, " halvings in ", to.loss_scale_window_steps,
-                            " steps");
-  } else if (ax.thrash_raised && pos - last > to.loss_scale_window_steps) {
-    ax.thrash_raised = false;
-    Emit(AnomalyKind::kLossScaleThrash, true, s.node, kNone, dense, x);
-  }
-}
-
-void Detector::Impl::EccSbe(SeriesState& s, uint32_t dense) {
-  SeriesAux& ax = aux[s.aux];
-  const TrendOptions& to = opt.trend;
-  if (std::isnan(ax.sbe_first_ts)) {
-    ax.sbe_first_ts = ts;
-  } else if (ts > ax.sbe_last_ts) {
-    ax.sbe_sum *= std::exp(-(ts - ax.sbe_last_ts) / to.ecc_sbe_tau_s);
-  }
-  ax.sbe_last_ts = ts;
-  ax.sbe_sum += s.inc;
-  // Normalise by the weight a constant rate would have had so far, so an
-  // early storm is not diluted; at least one minute of extrapolation base.
-  const double elapsed = ts - ax.sbe_first_ts;
-  const double base = std::max(
-      60.0, to.ecc_sbe_tau_s * (1 - std::exp(-elapsed / to.ecc_sbe_tau_s)));
-  const double per_day = ax.sbe_sum / base * 86400;
-  if (!ax.sbe_raised && ax.sbe_sum >= to.ecc_sbe_min_count &&
-      per_day >= to.ecc_sbe_per_day) {
-    ax.sbe_raised = true;
-    Anomaly& a =
-        Emit(AnomalyKind::kEccSbeRate, false, s.node, s.gpu, dense, per_day);
-    a.baseline_mean = to.ecc_sbe_per_day;
-    a.score = per_day;
-  } else if (ax.sbe_raised && per_day < 0.5 * to.ecc_sbe_per_day) {
-    ax.sbe_raised = false;
-    Emit(AnomalyKind::kEccSbeRate, true, s.node, s.gpu, dense, per_day);
-  }
-}
-
-void Detector::Impl::Mfu(SeriesState& s, uint32_t dense, double x) {
-  const TrendOptions& to = opt.trend;
-  const Sustain::Edge e = s.sustain.Observe(x < to.mfu_threshold,
-                                            x >= to.mfu_clear, to.mfu_sustain);
-  if (e == Sustain::Edge::kNone) return;
-  Anomaly& a = Emit(AnomalyKind::kMfuLow, e == Sustain::Edge::kCleared, s.node,
-                    kNone, dense, x);
-  a.baseline_mean = to.mfu_threshold;
-  a.score = to.mfu_threshold - x;
+  std::erase_if(g.xids, [](const XidCondition& c) { return !c.raised; });
 }
 
 }  // namespace vigil

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,19 +34,53 @@ struct DetectorStats {
 
 // The dynamic baseline of one series as the k-sigma rule sees it now.
 struct SeriesBaseline {
-  // False while the series is still learning (or has no baseline
-  // detector): mean and sigma are then not meaningful.
+  // False for series no detector learns a baseline of (utilization, MFU's
+  // fixed threshold, red-line counters): the rest is then meaningless.
+  bool learns = true;
+  // True once learning ended (learn_steps, or learn_max_s of data).
   bool learned = false;
+  // True when the band is in use: learned, or usable early (a provisional
+  // band from a short sample, widened), or inherited from the job's (or
+  // its family's) earlier run. Mean and sigma are meaningful only then.
+  bool usable = false;
+  // "learning", "early", "inherited" or "learned".
+  const char* source = "learning";
   // Level (median of the learning window, then slowly adapted; a fast
   // EWMA for trending series such as loss) and robust sigma with floors.
   double mean = 0;
   double sigma = 0;
-  // The rule's multiple of sigma (DetectorOptions::baseline.k_sigma).
+  // The multiple of sigma in use: DetectorOptions::baseline.k_sigma,
+  // widened while the baseline has seen little.
   double k_sigma = 3;
   // Counters: the baseline is of the rate per second, not the raw value.
   bool rate = false;
   // Samples the series has had evaluated.
   int64_t evaluated = 0;
+  // Learning progress: steps since the series' first learned step (its
+  // samples when it has no steps) out of learn_target_steps, and seconds
+  // of data out of learn_max_seconds; learning ends at either.
+  int64_t learn_progress_steps = 0;
+  int64_t learn_target_steps = 1000;
+  double learn_progress_seconds = 0;
+  double learn_max_seconds = 3600;
+};
+
+// What the scheduler says of a job (Detector::SetJobState).
+enum class JobRunState : uint8_t {
+  kRunning,  // it runs: a job whose nodes all fall silent is unreachable
+  kEnded,    // it ended: never a fault
+};
+
+// A job's current run as the detector sees it, for the rules' GPU-hours at
+// risk.
+struct JobContext {
+  int nodes = 0;  // nodes running it now
+  int gpus = 0;   // their GPUs
+  // First frame of the run; its last checkpoint (train_phase or an
+  // inferred job-wide dip), NaN when none yet.
+  double run_start_ts = 0;
+  double last_checkpoint_ts = 0;
+  bool ended = false;
 };
 
 // All detectors over all jobs. Series state lives in vectors indexed by a
@@ -60,7 +96,11 @@ class Detector {
   // rejected.
   static constexpr uint32_t kMaxSeriesId = 1u << 26;
 
+  // `options` should have passed ValidateOptions.
   explicit Detector(const DetectorOptions& options = DetectorOptions());
+  // OK when `options` can be used; kInvalidArgument naming the field
+  // otherwise (a family_pattern that is not a regex with a group).
+  static absl::Status ValidateOptions(const DetectorOptions& options);
   ~Detector();
   Detector(const Detector&) = delete;
   Detector& operator=(const Detector&) = delete;
@@ -92,6 +132,24 @@ class Detector {
   // call per frame: it scans at most once per
   // LivenessOptions::check_interval_s of `ts`.
   void AdvanceTime(double ts, std::vector<Anomaly>* out);
+
+  // Tells the detector the scheduler's word on `job` at data time `ts`
+  // and appends what follows to `out`: kEnded ends the job on every node
+  // (kJobEnded; its conditions end with it), kRunning makes a job whose
+  // nodes all stop reporting kJobUnreachable instead of ended. Unknown
+  // jobs are ignored.
+  void SetJobState(std::string_view job, JobRunState state, double ts,
+                   std::vector<Anomaly>* out);
+
+  // Jobs whose nodes all stopped and that wait for the scheduler's word
+  // (LifecycleOptions::await_scheduler_s); empty when that is 0.
+  std::vector<std::string> JobsAwaitingScheduler() const;
+
+  // Jobs with a running node (for polling their scheduler state).
+  std::vector<std::string> RunningJobs() const;
+
+  // The current run of `job`; nullopt for an unknown job.
+  std::optional<JobContext> Context(std::string_view job) const;
 
   // What has been consumed so far.
   DetectorStats stats() const;

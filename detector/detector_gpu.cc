@@ -17,6 +17,7 @@ using detector_internal::kNaN;
 using detector_internal::kNone;
 using detector_internal::kNoStep;
 using detector_internal::NodeState;
+using detector_internal::PeerTrack;
 
 namespace {
 
@@ -31,8 +32,10 @@ double NvlinkRate(const GpuState& g) {
 
 void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
   const RedLineOptions& ro = opt.red_line;
-  const PeerOptions& po = opt.peer;
-  if (n.any_gpu) ++n.gpu_frames;
+  // Only frames with the node's core GPU telemetry (power, temperature)
+  // judge absence: a frame of another collector, or of one series that
+  // arrives at its own pace, says nothing about the other GPUs.
+  if (n.core_gpu) ++n.gpu_frames;
   for (uint32_t gi : n.gpus) {
     GpuState& g = gpus[gi];
     if (g.seen_frame == n.frames) {
@@ -41,10 +44,8 @@ void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
         g.missing = false;
         Emit(AnomalyKind::kGpuMissing, true, node, gi, kNone, 0);
       }
-    } else if (n.any_gpu && !g.missing &&
+    } else if (n.core_gpu && !g.missing &&
                n.gpu_frames - g.last_gpu_frame >= ro.gpu_missing_frames) {
-      // Only frames that carry GPU samples count: a frame from the
-      // training process alone says nothing about the GPUs.
       g.missing = true;
       Anomaly& a = Emit(AnomalyKind::kGpuMissing, false, node, gi, kNone,
                         static_cast<double>(n.gpu_frames - g.last_gpu_frame));
@@ -56,9 +57,9 @@ void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
     if (g.seen_frame != n.frames) continue;
     if (std::isfinite(g.throttle)) {
       const uint32_t bits =
-          static_cast<uint32_t>(g.throttle) & po.throttle_mask;
-      const Sustain::Edge e =
-          g.throttle_sustain.Observe(bits != 0, bits == 0, po.throttle_sustain);
+          static_cast<uint32_t>(g.throttle) & opt.peer.throttle_mask;
+      const Sustain::Edge e = g.throttle_sustain.Observe(
+          bits != 0 && !n.rewarm, bits == 0, opt.peer.throttle_sustain);
       if (e != Sustain::Edge::kNone) {
         Anomaly& a =
             Emit(AnomalyKind::kThermalThrottle, e == Sustain::Edge::kCleared,
@@ -70,16 +71,32 @@ void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
       }
     }
     CheckOom(g, gi);
-    if (!n.warmup) CheckFragmentation(g, gi);
+    if (!n.warmup && !n.rewarm) CheckFragmentation(g, gi);
+  }
+  // A reading taken while the node ramps (a stall's or a checkpoint's
+  // edge, a few hundred watts between two frames) is compared with no one:
+  // nodes sample a job-wide ramp at different moments.
+  const bool comparable = !n.benign && !n.transient;
+  for (uint32_t gi : n.gpus) {
+    GpuState& g = gpus[gi];
+    if (g.seen_frame != n.frames) continue;
+    g.peer_ok = comparable && !g.missing;
+    if (!g.peer_ok) {
+      g.power_peer.last = g.clock_peer.last = g.nvlink_peer.last = kNaN;
+    }
   }
   size_t live_nodes = 0;
-  for (uint32_t nn : j.nodes) live_nodes += nodes[nn].retired ? 0 : 1;
+  for (uint32_t nn : j.nodes) {
+    live_nodes += nodes[nn].retired || nodes[nn].ended ? 0 : 1;
+  }
   if (++j.frames_since_peers >= static_cast<int64_t>(live_nodes)) {
     RecomputePeers(j);
   }
-  if (n.benign) return;
+  if (!comparable) return;
   for (uint32_t gi : n.gpus) {
-    if (gpus[gi].seen_frame == n.frames) CheckPeers(gpus[gi], j, gi);
+    if (gpus[gi].seen_frame == n.frames && gpus[gi].peer_ok) {
+      CheckPeers(gpus[gi], j, gi);
+    }
   }
 }
 
@@ -92,7 +109,8 @@ void Detector::Impl::RecomputePeers(JobState& j) {
       const NodeState& n = nodes[g.node];
       const double fresh =
           std::isfinite(n.interval) ? 3 * n.interval + 1e-9 : 30;
-      if (n.retired || n.benign || g.missing || !(ts - g.last_ts <= fresh)) {
+      if (n.retired || n.ended || n.free || !g.peer_ok || g.missing ||
+          !(ts - g.last_ts <= fresh)) {
         continue;
       }
       const double v = get(g);
@@ -108,16 +126,71 @@ void Detector::Impl::RecomputePeers(JobState& j) {
   j.med_nvlink = median_of(NvlinkRate, &j.n_nvlink);
 }
 
-void Detector::Impl::CheckPeers(GpuState& g, const JobState& j, uint32_t gi) {
+namespace {
+
+// How one GPU compares with its peers on one metric, debounced in
+// proportion to the job's noise (PeerOptions::noise_z).
+struct PeerCheck {
+  // The residual (below the median: negative) and the thresholds on it:
+  // raise at or below `raise`, calm above `calm`.
+  double residual;
+  double raise;
+  double calm;
+  double margin;
+};
+
+// Observes `c` on `t`; returns the edge and sets `judged` to the residual
+// judged (the instant one, or its average in a noisy job). `noise` is the
+// job's EWMA of the residual's sample-to-sample change, updated here.
+Sustain::Edge ObservePeer(const PeerCheck& c, PeerTrack& t, double* noise,
+                          const PeerOptions& po, double* judged) {
+  if (std::isfinite(t.last)) {
+    // Robust: one jump (a phase change, a fault's onset) moves it little.
+    double change = std::fabs(c.residual - t.last);
+    if (std::isfinite(*noise)) change = std::min(change, 3 * *noise);
+    *noise = std::isnan(*noise) ? change : *noise + 0.01 * (change - *noise);
+  }
+  t.last = c.residual;
+  // The change of white noise of sd sigma has a mean |change| of
+  // 2 / sqrt(pi) sigma.
+  const double sigma = std::isfinite(*noise) ? *noise / 1.128 : 0;
+  const double need = po.noise_z * sigma / c.margin;
+  const int window =
+      sigma * po.noise_switch_z <= c.margin
+          ? po.sustain.window
+          : std::clamp(static_cast<int>(std::ceil(need * need)),
+                       po.sustain.window, po.max_average_samples);
+  const double alpha = 2.0 / (window + 1);
+  t.average = std::isnan(t.average)
+                  ? c.residual
+                  : t.average + alpha * (c.residual - t.average);
+  ++t.samples;
+  SustainOptions so = po.sustain;
+  double value = c.residual;
+  if (window > po.sustain.window) {
+    // A noisy job: judge the average over enough samples, once it has
+    // them, and clear only after as long a calm.
+    value = t.samples >= window ? t.average : c.calm;
+    so.clear = std::max(so.clear, window);
+  }
+  *judged = value;
+  return t.sustain.Observe(value <= c.raise, value > c.calm, so);
+}
+
+}  // namespace
+
+void Detector::Impl::CheckPeers(GpuState& g, JobState& j, uint32_t gi) {
   const PeerOptions& po = opt.peer;
   const uint32_t node = g.node;
   if (j.n_power >= po.min_peers && j.med_power >= po.min_median_watts &&
       std::isfinite(g.power)) {
-    const double below = j.med_power - g.power;
+    const PeerCheck c{g.power - j.med_power, -po.power_below_watts,
+                      -po.power_clear_watts, po.power_margin_watts};
+    double judged;
     const Sustain::Edge e =
-        g.power_low.Observe(below >= po.power_below_watts,
-                            below < po.power_clear_watts, po.sustain);
+        ObservePeer(c, g.power_peer, &j.noise_power, po, &judged);
     if (e != Sustain::Edge::kNone) {
+      const double below = -judged;
       Anomaly& a = Emit(AnomalyKind::kPeerPowerLow,
                         e == Sustain::Edge::kCleared, node, gi, kNone, g.power);
       a.metric = "gpu_power_watts";
@@ -129,15 +202,17 @@ void Detector::Impl::CheckPeers(GpuState& g, const JobState& j, uint32_t gi) {
   }
   if (j.n_clock >= po.min_peers && j.med_clock > 0 && std::isfinite(g.clock)) {
     const double ratio = g.clock / j.med_clock;
+    const PeerCheck c{ratio - 1, po.clock_low_fraction - 1,
+                      po.clock_clear_fraction - 1, po.clock_margin};
+    double judged;
     const Sustain::Edge e =
-        g.clock_low.Observe(ratio < po.clock_low_fraction,
-                            ratio >= po.clock_clear_fraction, po.sustain);
+        ObservePeer(c, g.clock_peer, &j.noise_clock, po, &judged);
     if (e != Sustain::Edge::kNone) {
       Anomaly& a = Emit(AnomalyKind::kClockLow, e == Sustain::Edge::kCleared,
                         node, gi, kNone, g.clock);
       a.metric = "gpu_sm_clock_mhz";
       a.baseline_mean = j.med_clock;
-      a.score = 1 - ratio;
+      a.score = -judged;
       if (std::isfinite(g.throttle)) {
         a.detail = absl::StrCat("throttle reasons 0x",
                                 absl::Hex(static_cast<uint32_t>(g.throttle)));
@@ -148,15 +223,17 @@ void Detector::Impl::CheckPeers(GpuState& g, const JobState& j, uint32_t gi) {
   if (j.n_nvlink >= po.min_peers && j.med_nvlink >= po.nvlink_min_median &&
       std::isfinite(rate)) {
     const double ratio = rate / j.med_nvlink;
+    const PeerCheck c{ratio - 1, po.nvlink_low_fraction - 1,
+                      po.nvlink_clear_fraction - 1, po.nvlink_margin};
+    double judged;
     const Sustain::Edge e =
-        g.nvlink_low.Observe(ratio < po.nvlink_low_fraction,
-                             ratio >= po.nvlink_clear_fraction, po.sustain);
+        ObservePeer(c, g.nvlink_peer, &j.noise_nvlink, po, &judged);
     if (e != Sustain::Edge::kNone) {
       Anomaly& a = Emit(AnomalyKind::kNvlinkTrafficLow,
                         e == Sustain::Edge::kCleared, node, gi, kNone, rate);
       a.metric = "gpu_nvlink_tx_bytes_total";
       a.baseline_mean = j.med_nvlink;
-      a.score = 1 - ratio;
+      a.score = -judged;
     }
   }
 }
@@ -174,9 +251,11 @@ void Detector::Impl::CheckOom(GpuState& g, uint32_t gi) {
   }
   const double total = g.mem_total;
   if (!std::isfinite(used) || !(total > 0)) return;
-  // The allocator's ramp in the first steps is no leak: only the
-  // threshold itself is checked during warm-up, the growth fit after it.
-  if (!n.warmup) {
+  // The allocator's ramp in the first steps (and a resumed run's climb
+  // back to its working set) is no leak: only the threshold itself is
+  // checked then, the growth fit after it.
+  const bool ramping = n.warmup || n.rewarm;
+  if (!ramping) {
     if (std::isnan(g.mem_fit_start)) g.mem_fit_start = ts;
     g.mem_fit.Add(ts, used, to.oom_tau_s);
   }
@@ -184,7 +263,7 @@ void Detector::Impl::CheckOom(GpuState& g, uint32_t gi) {
   const double slope = g.mem_fit.slope();
   // A slope from a few noisy points is no trend: the fit must span half
   // its time constant.
-  const bool growing = !n.warmup && g.mem_fit.points() >= to.oom_min_points &&
+  const bool growing = !ramping && g.mem_fit.points() >= to.oom_min_points &&
                        ts - g.mem_fit_start >= 0.5 * to.oom_tau_s &&
                        slope * to.oom_horizon_s >= to.oom_min_growth * total;
   const double target = to.oom_fraction * total;
@@ -294,7 +373,7 @@ uint32_t Detector::Impl::StallCulprit(const JobState& j,
   int live = 0;
   for (uint32_t nn : j.nodes) {
     const NodeState& n = nodes[nn];
-    if (n.retired || n.silent) continue;
+    if (n.retired || n.ended || n.silent) continue;
     ++live;
     only = nn;
     if (std::isfinite(n.dl_mean) &&
@@ -307,7 +386,8 @@ uint32_t Detector::Impl::StallCulprit(const JobState& j,
   scratch.clear();
   for (uint32_t nn : j.nodes) {
     const NodeState& n = nodes[nn];
-    if (nn != top && !n.retired && !n.silent && std::isfinite(n.dl_mean)) {
+    if (nn != top && !n.retired && !n.ended && !n.silent &&
+        std::isfinite(n.dl_mean)) {
       scratch.push_back(n.dl_mean);
     }
   }

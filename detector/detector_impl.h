@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +29,8 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 inline constexpr int kOscWindow = 16;
 // Dip starts and loss-scale halvings remembered per node / series.
 inline constexpr int kHistory = 8;
+// (level, spread) pairs kept per metric of a job profile.
+inline constexpr size_t kProfileSamples = 64;
 
 // Extra state of the few series with pattern detectors (loss, loss scale,
 // ECC SBE); indexed by SeriesState::aux.
@@ -49,6 +53,16 @@ struct SeriesAux {
   bool sbe_raised = false;
 };
 
+// Where a series' baseline comes from.
+enum class Stage : uint8_t {
+  kLearning,   // not usable yet
+  kEarly,      // usable: provisional statistics of a short sample, with a
+               // widened band
+  kInherited,  // usable: the job's (or its family's) profile, while its
+               // own learning goes on
+  kLearned,    // learned: the requirement's band
+};
+
 // One series: its traits, its input state and its detector state.
 struct SeriesState {
   MetricTraits traits;
@@ -64,20 +78,53 @@ struct SeriesState {
   double inc = 0;     // counter increase in this frame
   // Learning and baseline.
   int64_t first_step = kNoStep;
+  double learn_start_ts = kNaN;
   int64_t evaluated = 0;
   int64_t learn_seen = 0;
+  // learn_seen when the early statistics were last computed.
+  int64_t early_at = 0;
   int32_t stride = 1;
-  bool learned = false;
+  Stage stage = Stage::kLearning;
+  // The band's widening over k_sigma (1 once learned).
+  float widen = 1;
   int8_t raised_dir = 0;  // +1 high / -1 low; throughput: the tier
+  double raised_ts = kNaN;  // when the baseline condition was raised
   double level = kNaN;
   double spread = 0;
   Sustain sustain;   // baseline, throughput tier 1, grad explosion, MFU
   Sustain sustain2;  // throughput tier 2, grad vanishing
+  // Step time graded as a slowdown (jobs' speed): its own debouncers.
+  Sustain slow1, slow2;
+  int8_t slow_tier = 0;
   // Red lines (error counters, NaN, row remap).
   bool red_raised = false;
   int32_t red_calm = 0;
   int32_t nonfinite_run = 0;
   std::vector<float> learn;
+
+  bool usable() const { return stage != Stage::kLearning; }
+  bool learned() const { return stage == Stage::kLearned; }
+};
+
+// One XID code's condition on one GPU: a storm of thousands is one
+// condition with a count and a rate.
+struct XidCondition {
+  int code = -1;  // -1: unknown (no gpu_xid_last)
+  double count = 0;
+  double first_ts = 0;
+  double last_ts = 0;
+  double reported = 0;  // count at the last raise / update
+  int32_t calm = 0;
+  bool raised = false;
+};
+
+// A peer comparison of one GPU (power, clock or NVLink traffic): its
+// difference from the job's median, instantaneous and averaged.
+struct PeerTrack {
+  double last = kNaN;     // the previous residual
+  double average = kNaN;  // EWMA of the residual
+  int32_t samples = 0;
+  Sustain sustain;
 };
 
 // One GPU of one node.
@@ -90,36 +137,55 @@ struct GpuState {
   bool missing = false;
   bool has_used_series = false;
   double last_ts = kNaN;
-  double power = kNaN, clock = kNaN, throttle = kNaN;
+  double power = kNaN, clock = kNaN, throttle = kNaN, util = kNaN;
   double nvl_tx = kNaN, nvl_rx = kNaN;
   double mem_used = kNaN, mem_total = kNaN;
   double reserved = kNaN, allocated = kNaN, xid_last = kNaN;
-  Sustain power_low, clock_low, nvlink_low, throttle_sustain, oom, frag;
+  PeerTrack power_peer, clock_peer, nvlink_peer;
+  bool peer_ok = false;  // its last reading may be compared with peers
+  Sustain throttle_sustain, oom, frag;
   EwLineFit mem_fit;
   double mem_fit_start = kNaN;
+  std::vector<XidCondition> xids;
 };
 
-// One (job, node) pair.
+// One (job, node) pair: one node's part in one run of a job.
 struct NodeState {
   std::string name;
   uint32_t job = kNone;
+  bool free = false;     // slot on the free list
   bool retired = false;  // the node now reports another job
+  bool ended = false;    // the job ended on this node
   bool silent = false;
+  bool silent_idle = false;  // raised as kIdleNodeSilent
+  double end_ts = kNaN;
+  int64_t end_step = kNoStep;
   double last_ts = kNaN;    // data time of the last frame (intervals)
   double last_seen = kNaN;  // detection time it was processed (silence)
   double interval = kNaN;
   int64_t frames = 0;
   int64_t gpu_frames = 0;
-  bool any_gpu = false;  // this frame carried a gpu-labelled sample
+  bool any_gpu = false;   // this frame carried a gpu-labelled sample
+  bool core_gpu = false;  // ... of a core GPU metric (power, temperature)
   int64_t step = kNoStep;
   bool step_moved = false;
   int phase = -1;  // train_phase in this frame, -1 when absent
   bool fp16 = false;
+  // The current run on this node: its first frame and step; re-warm lasts
+  // until both LifecycleOptions bounds have passed.
+  double run_start_ts = kNaN;
+  int64_t run_start_step = kNoStep;
+  bool rewarm = false;
   // Inferred dips and benign state.
   double busy = kNaN;
   int busy_frames = 0;
   bool in_dip = false;
   double dip_start_ts = 0;
+  // The node's median GPU power in its previous frame, and whether this
+  // frame's moved by more than PhaseOptions::transient_fraction of its busy
+  // level (a ramp).
+  double prev_median_power = kNaN;
+  bool transient = false;
   int grace = 0;
   bool warmup = false;
   bool benign = false;
@@ -127,28 +193,49 @@ struct NodeState {
   // stall_dl_tau_s) and the time of its last sample.
   double dl_mean = kNaN;
   double dl_ts = kNaN;
+  bool has_tokens = false;  // reports train_tokens_per_second
   std::vector<uint32_t> gpus;
+  std::vector<uint32_t> series;  // dense indices bound to this pair
   // Periodic stall: starts of the last dips.
   std::array<double, kHistory> dip_ts{};
   std::array<int64_t, kHistory> dip_step{};
   int dips = 0;
 };
 
+// The scheduler's word on a job (Detector::SetJobState).
+enum class SchedulerView : uint8_t { kUnknown, kRunning, kEnded };
+
 // One job: its nodes and GPUs, peer medians, step progress.
 struct JobState {
   std::string name;
+  std::string family;  // "" when the name has no run suffix
+  bool free = false;
   absl::flat_hash_map<std::string, uint32_t> nodes_by_name;
   std::vector<uint32_t> nodes;
   std::vector<uint32_t> gpus;
   int64_t frames_since_peers = 0;
   double med_power = kNaN, med_clock = kNaN, med_nvlink = kNaN;
   int n_power = 0, n_clock = 0, n_nvlink = 0;
+  // Sample-to-sample noise of the residuals (mean |change|), per metric.
+  double noise_power = kNaN, noise_clock = kNaN, noise_nvlink = kNaN;
   bool has_steps = false;
   bool hang_raised = false;
   double last_progress_ts = kNaN;
   double last_frame_ts = kNaN;
   double longest_stall_s = 0;
   double benign_phase_ts = -kInf;
+  // The run: its first frame, its last checkpoint (train_phase or an
+  // inferred dip), its largest node count.
+  double run_start_ts = kNaN;
+  double last_checkpoint_ts = kNaN;
+  int peak_nodes = 0;
+  bool ended = false;
+  double end_ts = kNaN;
+  // Scheduler: its last word and when; since when an inferred end waits.
+  SchedulerView scheduler = SchedulerView::kUnknown;
+  double scheduler_ts = -kInf;
+  double awaiting_since = kNaN;
+  bool unreachable_raised = false;
   // Periodic stall, raised once per job on the culprit node (kNone:
   // job-wide); the latest dip of any of its nodes keeps it alive.
   bool stall_raised = false;
@@ -157,41 +244,68 @@ struct JobState {
   double last_dip_ts = kNaN;
 };
 
+// Learned baselines of a job (and of its family), kept after its nodes
+// are forgotten so that a resumed run or a continuation starts from them.
+struct ProfileEntry {
+  std::vector<std::pair<float, float>> samples;  // (level, spread)
+  size_t next = 0;  // ring position once full
+};
+struct Profile {
+  int nodes = 0;  // the node count of the run that learned it
+  absl::flat_hash_map<std::string, ProfileEntry> by_metric;
+};
+
 }  // namespace detector_internal
 
-// Everything Detector owns; see detector.cc, detector_gpu.cc,
-// detector_liveness.cc.
+// Everything Detector owns; see detector.cc, detector_baseline.cc,
+// detector_gpu.cc, detector_liveness.cc.
 struct Detector::Impl {
-  explicit Impl(const DetectorOptions& o) : opt(o) {}
+  explicit Impl(const DetectorOptions& o);
 
   // detector.cc
   uint32_t NodeFor(std::string_view job, std::string_view node);
+  // Makes pair `idx` its node's current pair (retiring the previous one)
+  // and starts a run on it when it was not running.
+  void Activate(uint32_t idx, const FrameView& frame);
+  void StartRun(detector_internal::NodeState& n,
+                detector_internal::JobState& j, const FrameView& frame);
   void Bind(detector_internal::SeriesState& s, uint32_t node);
   void Ingest(detector_internal::SeriesState& s, uint32_t node, double x);
   void UpdatePhase(detector_internal::NodeState& n,
                    detector_internal::JobState& j);
   void Evaluate(detector_internal::SeriesState& s, uint32_t dense);
   void RedLines(detector_internal::SeriesState& s, uint32_t dense, double x);
+  void Xid(detector_internal::SeriesState& s, uint32_t dense);
+  // Appends an anomaly stamped with the current frame (or scan) context.
+  Anomaly& Emit(AnomalyKind kind, bool cleared, uint32_t node, uint32_t gpu,
+                uint32_t dense, double value);
+
+  // detector_baseline.cc
   bool Learn(detector_internal::SeriesState& s, double x);
   void Adapt(detector_internal::SeriesState& s, double x, bool bad);
   double Sigma(const detector_internal::SeriesState& s) const;
   void Baseline(detector_internal::SeriesState& s, uint32_t dense, double x);
   void Throughput(detector_internal::SeriesState& s, uint32_t dense, double x);
+  void StepSlowdown(detector_internal::SeriesState& s, uint32_t dense,
+                    double x);
   void GradNorm(detector_internal::SeriesState& s, uint32_t dense, double x);
   void LossPattern(detector_internal::SeriesState& s, uint32_t dense, double x);
   void LossScale(detector_internal::SeriesState& s, uint32_t dense, double x);
   void EccSbe(detector_internal::SeriesState& s, uint32_t dense);
   void Mfu(detector_internal::SeriesState& s, uint32_t dense, double x);
-  // Appends an anomaly stamped with the current frame (or scan) context.
-  Anomaly& Emit(AnomalyKind kind, bool cleared, uint32_t node, uint32_t gpu,
-                uint32_t dense, double value);
+  // Starts `s` from its job's or family's profile when one fits.
+  void Inherit(detector_internal::SeriesState& s);
+  // Folds the learned baseline of `s` into its job's and family's profile.
+  void Contribute(const detector_internal::SeriesState& s);
+  // Forgets the learned state of `s`: it learns again.
+  void Relearn(detector_internal::SeriesState& s);
 
   // detector_gpu.cc
   void CheckGpus(detector_internal::NodeState& n,
                  detector_internal::JobState& j, uint32_t node);
   void RecomputePeers(detector_internal::JobState& j);
   void CheckPeers(detector_internal::GpuState& g,
-                  const detector_internal::JobState& j, uint32_t gpu);
+                  detector_internal::JobState& j, uint32_t gpu);
   void CheckOom(detector_internal::GpuState& g, uint32_t gpu);
   void CheckFragmentation(detector_internal::GpuState& g, uint32_t gpu);
   void RecordDip(detector_internal::NodeState& n,
@@ -206,20 +320,42 @@ struct Detector::Impl {
                    detector_internal::JobState& j, uint32_t node,
                    const FrameView& frame);
   void Scan(double ts);
+  // Silence, ends and unreachability of one job at detection time `now`.
+  void ScanJob(uint32_t job, double now);
+  void ScanHang(detector_internal::JobState& j, double now);
+  // Ends the job on pair `idx` at `ts` (its step `step`): forgets its
+  // raised conditions (the job's incidents resolve on kJobEnded).
+  void EndPair(uint32_t idx, double ts, int64_t step);
+  // Ends every running pair of `job` and raises kJobEnded once.
+  void EndJob(uint32_t job, double ts, std::string_view how);
+  // Raises kJobEnded when no pair of `job` runs any more.
+  void MaybeJobEnded(uint32_t job, double ts, std::string_view how);
+  // Frees the state of pairs ended long ago.
+  void Forget(double now);
+  void FreePair(uint32_t idx);
 
   const DetectorOptions opt;
+  std::optional<std::regex> family_re;
   std::vector<uint32_t> dense_of_id;
   std::vector<detector_internal::SeriesState> series;
   std::vector<SeriesKey> keys;  // by dense index
+  std::vector<uint32_t> free_series;
   std::vector<detector_internal::SeriesAux> aux;
+  std::vector<uint32_t> free_aux;
   std::vector<detector_internal::NodeState> nodes;
+  std::vector<uint32_t> free_nodes;
   std::vector<detector_internal::GpuState> gpus;
+  std::vector<uint32_t> free_gpus;
   std::vector<detector_internal::JobState> jobs;
+  std::vector<uint32_t> free_jobs;
   absl::flat_hash_map<std::string, uint32_t> job_by_name;
   absl::flat_hash_map<std::string, uint32_t> node_by_name;  // current pair
+  absl::flat_hash_map<std::string, detector_internal::Profile> profiles;
   std::vector<uint32_t> touched;
   std::vector<double> scratch;
+  std::vector<uint32_t> scratch_nodes;
   double next_scan = -detector_internal::kInf;
+  double next_forget = -detector_internal::kInf;
   // The latest AdvanceTime: detection time. Liveness judges a frame by
   // max(its ts, clock), so frames an agent resends after an outage, which
   // carry old timestamps, count as signs of life when they arrive.
@@ -240,6 +376,13 @@ namespace detector_internal {
 absl::string_view AbslView(std::string_view s);
 // Median of `v` (reordered); NaN when empty.
 double MedianInPlace(std::vector<double>& v);
+// Median and 1.4826 x MAD of `v` (reordered), with a mean-absolute-
+// deviation fallback when more than half the values are equal.
+void RobustStats(std::vector<double>& v, double* median, double* sigma);
+// The factor by which a k-sigma band learned from `n_eff` effective
+// samples is widened: a Student-t prediction interval (Cornish-Fisher),
+// with the MAD's efficiency in the degrees of freedom; 1 for large n.
+double BandWidening(double k, double n_eff);
 }  // namespace detector_internal
 
 }  // namespace vigil

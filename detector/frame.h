@@ -10,6 +10,19 @@
 
 namespace vigil {
 
+// A job's end on one node, as the node's agent reports it with the first
+// frame after the end (docs/DETECTION.md, "Job lifecycle").
+struct JobEndView {
+  // The job that ended on the frame's node (not the frame's own job, which
+  // is the node's next job or its idle job). Empty: no marker.
+  std::string_view job;
+  // Its last step on the node, when known.
+  std::optional<int64_t> step;
+  // Why, as the agent knows it ("completed", "cancelled", "failed",
+  // "preempted", "ranks_disconnected", ...); may be empty.
+  std::string_view reason;
+};
+
 // A view of one accepted frame; valid for the duration of the call it is
 // passed to. ids[i] is the store's series id of values[i].
 struct FrameView {
@@ -19,6 +32,8 @@ struct FrameView {
   double ts = 0;
   std::span<const uint32_t> ids;
   std::span<const double> values;
+  // Set when the node reports that a job ended on it.
+  JobEndView job_end;
 };
 
 }  // namespace vigil

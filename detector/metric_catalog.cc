@@ -33,6 +33,18 @@ MetricTraits Train(Metric m, BaselineMode mode, double floor = 0,
   return t;
 }
 
+// A steady job's step time jitters by ~0.1 %: a 2 % floor would hide a 5 %
+// slowdown. 0.5 % stays above millisecond rounding of sub-second steps.
+MetricTraits Precise(MetricTraits t) {
+  t.sigma_floor_rel = 0.005;
+  return t;
+}
+
+MetricTraits Relearn(MetricTraits t) {
+  t.relearn = true;
+  return t;
+}
+
 // Absolute sigma floors carry the physics: temperatures wander by degrees
 // with inlet air and load (thermal mass makes them strongly autocorrelated,
 // so a 3-sigma band of the learned spread alone is crossed for minutes at a
@@ -45,15 +57,18 @@ const std::array<Entry, 38>& Catalog() {
   static const auto* catalog = new std::array<Entry, 38>{{
       {"gpu_utilization_ratio", T(Metric::kGpuUtilization, false, kNo)},
       {"gpu_power_watts", T(Metric::kGpuPower, false, kLo, 5)},
-      {"gpu_temperature_celsius", T(Metric::kGpuTemperature, false, kHi, 2.5)},
+      {"gpu_temperature_celsius",
+       Relearn(T(Metric::kGpuTemperature, false, kHi, 2.5))},
       {"gpu_memory_temperature_celsius",
-       T(Metric::kGpuMemoryTemperature, false, kHi, 2.5)},
+       Relearn(T(Metric::kGpuMemoryTemperature, false, kHi, 2.5))},
       {"gpu_sm_clock_mhz", T(Metric::kGpuSmClock, false, kLo, 15)},
       {"gpu_throttle_reasons", T(Metric::kGpuThrottleReasons, false, kNo)},
       {"gpu_memory_used_bytes", T(Metric::kGpuMemoryUsed, false, kNo)},
       {"gpu_memory_total_bytes", T(Metric::kGpuMemoryTotal, false, kNo)},
-      {"gpu_nvlink_tx_bytes_total", T(Metric::kGpuNvlinkTx, true, kLo)},
-      {"gpu_nvlink_rx_bytes_total", T(Metric::kGpuNvlinkRx, true, kLo)},
+      {"gpu_nvlink_tx_bytes_total",
+       Relearn(T(Metric::kGpuNvlinkTx, true, kLo))},
+      {"gpu_nvlink_rx_bytes_total",
+       Relearn(T(Metric::kGpuNvlinkRx, true, kLo))},
       {"gpu_nvlink_crc_errors_total",
        T(Metric::kGpuNvlinkCrc, true, kNo, 0, AnomalyKind::kNvlinkErrors)},
       {"gpu_nvlink_replay_errors_total",
@@ -73,8 +88,8 @@ const std::array<Entry, 38>& Catalog() {
       {"torch_allocated_bytes", T(Metric::kTorchAllocated, false, kNo)},
       {"torch_alloc_retries_total",
        T(Metric::kTorchAllocRetries, true, kHi, 0.1)},
-      {"net_tx_bytes_total", T(Metric::kNetTx, true, kLo)},
-      {"net_rx_bytes_total", T(Metric::kNetRx, true, kLo)},
+      {"net_tx_bytes_total", Relearn(T(Metric::kNetTx, true, kLo))},
+      {"net_rx_bytes_total", Relearn(T(Metric::kNetRx, true, kLo))},
       {"net_retransmits_total",
        T(Metric::kNetRetransmits, true, kNo, 0, AnomalyKind::kNetRetransmits)},
       {"net_drops_total",
@@ -86,8 +101,10 @@ const std::array<Entry, 38>& Catalog() {
       {"disk_read_seconds_total", T(Metric::kDiskReadSeconds, true, kHi, 0.05)},
       {"train_loss", Train(Metric::kTrainLoss, kHi, 0, /*trending=*/true)},
       {"train_grad_norm", Train(Metric::kTrainGradNorm, kNo)},
-      {"train_tokens_per_second", Train(Metric::kTrainTokensPerSecond, kNo)},
-      {"train_step_time_seconds", Train(Metric::kTrainStepTime, kHi, 0.01)},
+      {"train_tokens_per_second",
+       Precise(Train(Metric::kTrainTokensPerSecond, kNo))},
+      {"train_step_time_seconds",
+       Precise(Train(Metric::kTrainStepTime, kHi, 0.001))},
       {"train_dataloader_wait_seconds",
        Train(Metric::kTrainDataloaderWait, kHi, 0.02)},
       {"train_mfu_ratio", Train(Metric::kTrainMfu, kNo)},
@@ -107,7 +124,7 @@ MetricTraits LookupMetric(std::string_view metric_name) {
   bool counter =
       metric_name.size() >= kTotal.size() &&
       metric_name.substr(metric_name.size() - kTotal.size()) == kTotal;
-  return T(Metric::kOther, counter, BaselineMode::kBoth);
+  return Relearn(T(Metric::kOther, counter, BaselineMode::kBoth));
 }
 
 }  // namespace vigil

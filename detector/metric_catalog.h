@@ -75,13 +75,20 @@ struct MetricTraits {
   bool per_step = false;
   // Absolute sigma floor, in the series' unit (rate for counters).
   double sigma_floor = 0;
+  // Sigma floor as a fraction of the level; negative: the detector's
+  // default (BaselineOptions::sigma_floor_rel).
+  double sigma_floor_rel = -1;
+  // A confirmed level shift is taken as the new normal after a while
+  // (BaselineOptions::relearn_after_s): metrics whose shifts are context,
+  // not faults (unknown metrics, temperatures, traffic).
+  bool relearn = false;
   // Counter red line fired by any increase.
   std::optional<AnomalyKind> red_line;
 };
 
 // The traits of `metric_name`. Unknown names ending in "_total" are
 // counters with a two-sided baseline; other unknown names are gauges with
-// a two-sided baseline.
+// a two-sided baseline. Both re-learn confirmed level shifts.
 MetricTraits LookupMetric(std::string_view metric_name);
 
 }  // namespace vigil

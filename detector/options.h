@@ -5,6 +5,7 @@
 #define VIGIL_DETECTOR_OPTIONS_H_
 
 #include <cstdint>
+#include <string>
 
 namespace vigil {
 
@@ -24,6 +25,20 @@ struct BaselineOptions {
   // detector saw for it (samples, when its node's frames carry no step).
   // 1000: the requirement.
   int64_t learn_steps = 1000;
+  // Learning also ends after this many seconds of data since the series'
+  // first learned sample: 1000 steps of a 45-s/step job are 12.5 h.
+  double learn_max_s = 3600;
+  // A baseline is usable before learning ends, once it has this many
+  // samples spanning at least early_min_s, with its band widened for how
+  // little it has seen (a Student-t prediction interval over the
+  // effective sample count: samples early_decorrelation_s apart count
+  // as independent; see docs/DETECTION.md). The band tightens as the
+  // sample grows and is the requirement's k_sigma once learning ends.
+  int early_min_samples = 20;
+  double early_min_s = 300;
+  double early_decorrelation_s = 30;
+  // A band never widens beyond this multiple of k_sigma.
+  double early_max_widening = 4;
   // Learning goes on past learn_steps until this many samples were kept:
   // a median/MAD from fewer is not trustworthy.
   int min_learn_samples = 30;
@@ -34,6 +49,9 @@ struct BaselineOptions {
   // job treated as LR warm-up: out of learning and alerting. 200: loss,
   // grad norm and memory move fast in the first hundred steps.
   int64_t warmup_steps = 200;
+  // ... but never longer than this many seconds from the job's first
+  // frame on the node (200 steps of a 45-s/step job are 2.5 h).
+  double warmup_max_s = 600;
   // Raise beyond k_sigma robust sigmas (the requirement's 3), clear inside
   // k_clear: the gap is the hysteresis.
   double k_sigma = 3.0;
@@ -48,8 +66,15 @@ struct BaselineOptions {
   // 100+ steps is one spike.
   SustainOptions dataloader_sustain = {3, 10, 20};
   // Sigma is at least this fraction of |level|, so near-constant series
-  // (temperature, clocks) do not alert on tiny noise.
+  // (temperature, clocks) do not alert on tiny noise. Metrics may set
+  // their own (MetricTraits::sigma_floor_rel: step time and throughput
+  // 0.5 %, so a steady job's 0.1 % jitter is not hidden).
   double sigma_floor_rel = 0.02;
+  // A series whose metric re-learns level shifts (unknown metrics,
+  // temperatures, traffic: MetricTraits::relearn) and whose condition
+  // has been raised for this long takes the new level as normal: the
+  // condition clears and the series learns again.
+  double relearn_after_s = 1800;
   // After learning, the level follows accepted samples (residuals clipped
   // at k_sigma) with this EWMA weight: ~500 samples, slow enough that a
   // fault is not learned away, fast enough for diurnal drift.
@@ -82,6 +107,12 @@ struct PhaseOptions {
   // Frames after a benign phase that are still treated as benign: the step
   // that contained the checkpoint reports a long step time.
   int grace_frames = 3;
+  // A frame whose node median power moved by more than this fraction of
+  // its busy level since the node's previous frame is a ramp (a stall's or
+  // a checkpoint's edge): its GPUs are not compared with their peers, who
+  // sample the job-wide ramp at other moments. One GPU's fault moves the
+  // median of eight by nothing.
+  double transient_fraction = 0.15;
 };
 
 // Red lines: no baseline, fire during learning too.
@@ -120,11 +151,69 @@ struct PeerOptions {
   int min_peers = 3;
   // 4 of 5 frames: sustained for a few steps.
   SustainOptions sustain = {4, 5, 10};
+  // Noisy jobs. The margin of each comparison is how far a healthy GPU
+  // may sit from the median (power offsets of +-25 W, SW power capping a
+  // few % of clock, pipeline stages 2x apart in traffic) short of the
+  // threshold. While the job's sample-to-sample noise (sd of a GPU's
+  // residual) is at most margin / noise_switch_z, GPUs are judged sample by
+  // sample (4 of 5); in a noisier job each GPU's residual is averaged
+  // (EWMA) over n = (noise_z * noise / margin)^2 samples (at most
+  // max_average_samples), enough for the average to stand noise_z
+  // standard errors inside the margin, and it clears only after as long a
+  // calm. A job whose power swings 50-100 W a second averages over a
+  // hundred samples: persistence in proportion to the noise.
+  double noise_switch_z = 1.5;
+  double noise_z = 6;
+  double power_margin_watts = 25;
+  double clock_margin = 0.10;
+  double nvlink_margin = 0.25;
+  int max_average_samples = 300;
   // NVML clock-event reasons that are faults: 0x08 HW slowdown, 0x20 SW
   // thermal, 0x40 HW thermal, 0x80 HW power brake (0x04 SW power cap is the
   // normal state of a busy card).
   uint32_t throttle_mask = 0xE8;
   SustainOptions throttle_sustain = {3, 5, 10};
+};
+
+// Job lifecycle: ends, resumes, re-warm (docs/DETECTION.md, "Job
+// lifecycle").
+struct LifecycleOptions {
+  // After a node (re)starts a job - a new job, a resume from a checkpoint,
+  // the node's first frames for the job - its readings are benign (out of
+  // learning and alerting, not out of red lines) until both this many
+  // seconds and this many steps have passed: GPU memory climbs back to
+  // its working set and throughput ramps up.
+  double rewarm_s = 90;
+  int64_t rewarm_steps = 5;
+  // Nodes of a job that stop reporting within this many of their frame
+  // intervals of each other, at steps at most end_step_tolerance apart,
+  // while no node of the job reports on, stopped the job (its end), not
+  // died. Before the first of them is judged, the detector waits this many
+  // intervals (at least group_wait_min_s) for the others to cross the
+  // silence limit too, so a job's end or a rack's loss is judged once.
+  double group_wait_intervals = 2;
+  double group_wait_min_s = 5;
+  int64_t end_step_tolerance = 1;
+  // A job whose step stopped for stall_end_s while every GPU of every node
+  // freed its memory (used below this fraction of total) has ended: its
+  // processes exited (an agent that keeps reporting a finished job).
+  double released_memory_fraction = 0.1;
+  double stall_end_s = 30;
+  // A node whose job ended is forgotten (its series' state freed, their
+  // learned baselines kept in the job's profile) after this long.
+  double forget_ended_s = 7200;
+  // When > 0, an inferred end (no marker) waits up to this long for the
+  // scheduler's word (SetJobState) before it is taken: the live server
+  // asks the scheduler; replay has none.
+  double await_scheduler_s = 0;
+  // Names of runs of one job family: the first capture group of this
+  // ECMAScript regex is the family ("gpt13b-r2" -> "gpt13b"). A run whose
+  // own baselines are still learning starts from its family's, or its own
+  // job's previous run's, when the node counts are comparable.
+  std::string family_pattern =
+      R"(^(.*[^-_.])[-_.](?:r|run|attempt|retry|restart)\d+$)";
+  // "Comparable": node counts within this fraction of each other.
+  double family_node_tolerance = 0.25;
 };
 
 // Node silence and job hang.
@@ -238,6 +327,7 @@ struct TrendOptions {
 struct DetectorOptions {
   BaselineOptions baseline;
   PhaseOptions phase;
+  LifecycleOptions lifecycle;
   RedLineOptions red_line;
   PeerOptions peer;
   LivenessOptions liveness;

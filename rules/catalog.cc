@@ -53,8 +53,14 @@ RuleSet DefaultRuleSet() {
   set.rules = {
       // --- P0: the job cannot make correct progress. Hardware faults on a
       // node pause the job after a checkpoint and cordon the node.
+      // {node} lists every node of a multi-node incident ("n003, n004 and
+      // n005"): nodes of one job silent together are one incident.
       Make("node_down", {K::kNodeSilent}, P0, kPauseAndCordon, C::kNode,
-           "Node {node} stopped reporting ({detail})"),
+           "{node} stopped reporting ({detail})"),
+      // The scheduler still runs the job, but none of its nodes reports: a
+      // partition between them and Vigil, or all of them down.
+      Make("job_unreachable", {K::kJobUnreachable}, P1, {R::kNotifySre},
+           C::kNode, "No node of job {job} reports ({detail})"),
       Make("gpu_drop", {K::kGpuMissing}, P0, kPauseAndCordon, C::kGpuHardware,
            "GPU {gpu} on {node} disappeared ({detail})"),
       Make("ecc_double_bit", {K::kEccDbe}, P0, kPauseAndCordon, C::kGpuHardware,
@@ -80,7 +86,7 @@ RuleSet DefaultRuleSet() {
       WithTier(
           Make("throughput_drop_severe", {K::kThroughputDrop}, P1,
                {R::kNotifySre}, C::kPerformance,
-               "Throughput of job {job} down {percent} (> 30 %) on {node}"),
+               "Job {job} slowed by {percent} (> 30 %) on {node}"),
           2),
       Make("network_packet_loss", {K::kNetDrops, K::kNetRetransmits}, P1,
            {R::kNotifySre}, C::kCommunication,
@@ -89,6 +95,10 @@ RuleSet DefaultRuleSet() {
            C::kCommunication, "RDMA link went down on {where}"),
       Make("grad_explosion", {K::kGradExplosion}, P1, {R::kNotifySre},
            C::kModel, "Gradient norm {score}x its baseline in job {job}"),
+      // Severity by what a fault puts at risk (rules/engine.h): raises a
+      // P2 incident whose job has much unsaved work.
+      Make("gpu_hours_at_risk", {K::kGpuHoursAtRisk}, P1, {R::kNotifySre},
+           C::kPerformance, "{detail}"),
       // The GPU needs a reset before the next job: cordon (non-disruptive).
       Make("row_remap_pending", {K::kRowRemapPending}, P1,
            {R::kNotifySre, R::kCordonNode}, C::kGpuHardware,
@@ -99,10 +109,12 @@ RuleSet DefaultRuleSet() {
                C::kGpuHardware, "GPU error on {where}: {detail}"),
           {63, 92, 94}),
       // 13 graphics exception, 31 MMU fault, 43 GPU stopped processing,
-      // 45 preemptive cleanup: usually the application's fault.
+      // 45 preemptive cleanup: the application's fault, attributed to the
+      // job, not to the node (no cordon; a node that keeps showing them
+      // across jobs becomes a lemon).
       WithXid(
           Make("xid_app_error", {K::kXid}, P2, {R::kDiagnosticReport},
-               C::kGpuHardware, "Application GPU fault on {where}: {detail}"),
+               C::kApplication, "Application GPU fault in job {job}: {detail}"),
           {13, 31, 43, 45}),
       Make("xid", {K::kXid}, P1, {R::kNotifySre}, C::kGpuHardware,
            "XID event on {where}: {detail}"),
@@ -110,7 +122,7 @@ RuleSet DefaultRuleSet() {
       WithTier(
           Make("throughput_drop", {K::kThroughputDrop}, P2,
                {R::kDiagnosticReport}, C::kPerformance,
-               "Throughput of job {job} down {percent} (> 15 %) on {node}"),
+               "Job {job} slowed by {percent} (> 15 %) on {node}"),
           1),
       // A slow card slows the whole job, but how much it costs is measured
       // by throughput_drop: the card-level rule is P2 (check cooling), and a
@@ -129,6 +141,13 @@ RuleSet DefaultRuleSet() {
       Make("ecc_single_bit_rate", {K::kEccSbeRate}, P2,
            {R::kDiagnosticReport, R::kCordonNode}, C::kGpuHardware,
            "Single-bit ECC storm on {where}: {value} per day"),
+      // A node without a training job stopped reporting: no job is at
+      // risk; a ticket, not a page.
+      Make("idle_node_down", {K::kIdleNodeSilent}, P2, {R::kDiagnosticReport},
+           C::kNode, "Idle {node} stopped reporting ({detail})"),
+      // A node implicated in faults of several jobs (rules/engine.h).
+      Make("lemon_node", {K::kRepeatOffender}, P2, {R::kDiagnosticReport},
+           C::kNode, "Repeat offender {where}: {detail}"),
       Make("gpu_memory_fragmentation", {K::kFragmentation}, P2,
            {R::kDiagnosticReport}, C::kMemory,
            "Allocator fragmentation on {where} ({detail})"),
@@ -178,6 +197,9 @@ RuleSet DefaultRuleSet() {
                    {"net_*", "gpu_nvlink_*"})),
       Make("mfu_low", {K::kMfuLow}, P3, {R::kLog}, C::kPerformance,
            "MFU of job {job} {value} (< 40 %) on {node}"),
+      // A job's end: recorded on its timeline, never paged.
+      Make("job_ended", {K::kJobEnded}, P3, {R::kLog}, C::kLifecycle,
+           "Job {job} ended: {detail}"),
       Generic(Make("baseline_fluctuation", {K::kBaselineHigh, K::kBaselineLow},
                    P3, {R::kLog}, C::kGeneral,
                    "{metric} on {where} {value} outside baseline {baseline}")),

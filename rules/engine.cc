@@ -51,18 +51,52 @@ bool IsLocal(C c) {
 
 // Identity of a condition: its raise and clear share it.
 std::string ConditionKey(const Anomaly& a) {
-  return absl::StrCat(a.job, "|", std::string(AnomalyKindName(a.kind)), "|",
-                      a.node, "|", a.gpu ? *a.gpu : -1, "|", a.dev, "|",
-                      a.series_id ? static_cast<int64_t>(*a.series_id) : -1);
+  std::string key = absl::StrCat(
+      a.job, "|", std::string(AnomalyKindName(a.kind)), "|", a.node, "|",
+      a.gpu ? *a.gpu : -1, "|", a.dev, "|",
+      a.series_id ? static_cast<int64_t>(*a.series_id) : -1);
+  if (a.code) absl::StrAppend(&key, "|", *a.code);
+  return key;
+}
+
+// Node-silent kinds: per-node conditions that one incident may gather.
+bool IsNodeSilence(AnomalyKind k) {
+  return k == AnomalyKind::kNodeSilent || k == AnomalyKind::kIdleNodeSilent;
+}
+
+// "n1", "n1 and n2", "n1, n2 and n3"; at most kMaxNamed names, then
+// "and N more".
+constexpr size_t kMaxNamed = 8;
+std::string JoinNodes(const std::vector<std::string>& nodes) {
+  std::string out;
+  const size_t named = nodes.size() > kMaxNamed ? kMaxNamed : nodes.size();
+  for (size_t i = 0; i < named; ++i) {
+    if (i > 0) out += (i + 1 == named && named == nodes.size()) ? " and " : ", ";
+    out += nodes[i];
+  }
+  if (named < nodes.size()) {
+    absl::StrAppend(&out, " and ", nodes.size() - named, " more");
+  }
+  return out;
 }
 
 // One condition attached to an incident.
 struct Condition {
+  AnomalyKind kind = AnomalyKind::kBaselineHigh;
   bool active = true;
   bool inhibited = false;
   int evidence = -1;  // Index into Incident::evidence; -1 when dropped.
   const Rule* rule = nullptr;
   std::string node;
+  std::optional<int> gpu;
+};
+
+// One incident that implicated a node (repeat offenders).
+struct Implication {
+  double ts = 0;
+  std::string job;
+  std::string id;
+  std::string kind;
   std::optional<int> gpu;
 };
 
@@ -79,10 +113,14 @@ struct Tracked {
   int active = 0;
   double last_change_ts = 0;
   std::set<std::string> silent_nodes;  // Nodes with an active node_silent.
+  double last_silence_ts = -std::numeric_limits<double>::infinity();
   int hangs_active = 0;
+  bool risk_raised = false;
+  std::string lemon_node;  // set for a lemon_node incident
 };
 
 std::string Where(const Tracked& t) {
+  if (t.inc.nodes.size() > 1) return JoinNodes(t.inc.nodes);
   if (t.inc.node.empty()) return absl::StrCat("job ", t.inc.job);
   if (t.inc.gpu) return absl::StrCat(t.inc.node, " gpu", *t.inc.gpu);
   if (!t.primary.dev.empty() && t.primary.node == t.inc.node) {
@@ -97,6 +135,16 @@ struct IncidentEngine::Impl {
   explicit Impl(RuleSet r) : rules(std::move(r)) {}
 
   void Raise(const Anomaly& a, std::vector<IncidentUpdate>* out);
+  // Node silence: one incident for nodes of a job silent together.
+  void RaiseSilence(const Anomaly& a, const Rule* rule,
+                    std::vector<IncidentUpdate>* out);
+  // Ends the conditions of a.job (on a.node when set) but node silence.
+  void EndConditions(const Anomaly& a);
+  // Records that `t` implicated its node; opens or updates a lemon.
+  void Implicate(const Tracked& t, std::vector<IncidentUpdate>* out);
+  // Lemons whose window expired; GPU-hours at risk.
+  void CheckLemons(std::vector<IncidentUpdate>* out);
+  void CheckRisk(std::vector<IncidentUpdate>* out);
   void Clear(const Anomaly& a);
   void Resolve(std::vector<IncidentUpdate>* out);
   void Remember(const Anomaly& a, const Rule* rule);
@@ -112,8 +160,11 @@ struct IncidentEngine::Impl {
               std::vector<IncidentUpdate>* out);
   void Reraise(Tracked& t, const std::string& key, const Anomaly& a,
                const Rule* rule, std::vector<IncidentUpdate>* out);
+  // Opens an incident for `a` (or reopens its recently resolved one) with
+  // `more` conditions of the same rule attached before it is announced.
   void OpenOrReopen(const std::string& key, const Anomaly& a, const Rule* rule,
-                    std::vector<IncidentUpdate>* out);
+                    std::vector<IncidentUpdate>* out,
+                    const std::vector<Anomaly>& more = {});
   // Recomputes localisation, responses, summary and hint.
   void Refresh(Tracked& t);
   bool RaiseSeverity(Tracked& t, const Rule* rule, double ts);
@@ -134,6 +185,10 @@ struct IncidentEngine::Impl {
   absl::flat_hash_map<std::string, Tracked*> by_condition;
   // Per job: recent raises, for hints.
   std::map<std::string, std::deque<Observation>> history;
+  // Per node: incidents that implicated it, oldest first (lemons).
+  std::map<std::string, std::deque<Implication>> implicated;
+  const JobContextSource* context = nullptr;
+  double next_risk_check = -std::numeric_limits<double>::infinity();
   int64_t next_id = 1;
   double now = -std::numeric_limits<double>::infinity();
 };
@@ -248,6 +303,7 @@ bool IncidentEngine::Impl::AddCondition(Tracked& t, const std::string& key,
   auto [it, inserted] = t.conditions.try_emplace(key);
   Condition& c = it->second;
   const bool was_active = !inserted && c.active;
+  c.kind = a.kind;
   c.active = true;
   c.inhibited = inhibited;
   c.rule = rule;
@@ -258,7 +314,10 @@ bool IncidentEngine::Impl::AddCondition(Tracked& t, const std::string& key,
   bool grew = false;
   if (!was_active) {
     ++t.active;
-    if (a.kind == AnomalyKind::kNodeSilent) t.silent_nodes.insert(a.node);
+    if (IsNodeSilence(a.kind)) {
+      t.silent_nodes.insert(a.node);
+      t.last_silence_ts = std::max(t.last_silence_ts, a.ts);
+    }
     if (a.kind == AnomalyKind::kJobHang) ++t.hangs_active;
   }
   if (c.evidence >= 0) {
@@ -322,26 +381,42 @@ void IncidentEngine::Impl::Reraise(Tracked& t, const std::string& key,
   const Rule* old_rule = c.rule;
   // Keep the baseline at detection; take the escalated tier and score.
   Anomaly kept = c.evidence >= 0 ? t.inc.evidence[c.evidence].anomaly : a;
+  const bool was_active = c.active;
   if (a.tier > kept.tier) {
     kept.tier = a.tier;
     kept.score = a.score;
     kept.value = a.value;
   }
+  // An XID storm (and a lemon's history) grows in place: count and rate.
+  const bool update = a.kind == AnomalyKind::kXid ||
+                      a.kind == AnomalyKind::kRepeatOffender;
+  if (update) {
+    kept.value = a.value;
+    kept.score = a.score;
+    kept.detail = a.detail;
+  }
   AddCondition(t, key, kept, rule, inhibited);
+  if (update && key == t.primary_key) t.primary = kept;
   const bool took = !inhibited && TakeOver(t, key, kept, rule);
   const bool raised = !inhibited && RaiseSeverity(t, rule, a.ts);
-  if (raised || took || rule != old_rule) {
+  if (raised || took || rule != old_rule || update || !was_active) {
     t.inc.last_update_ts = a.ts;
     Refresh(t);
   }
-  if (raised) Emit(UpdateType::kSeverityRaised, a.ts, t, out);
+  if (raised) {
+    Emit(UpdateType::kSeverityRaised, a.ts, t, out);
+  } else if (update && was_active) {
+    Emit(UpdateType::kEvidenceAdded, a.ts, t, out);
+  }
 }
 
 void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
                                         const Anomaly& a, const Rule* rule,
-                                        std::vector<IncidentUpdate>* out) {
+                                        std::vector<IncidentUpdate>* out,
+                                        const std::vector<Anomaly>& more) {
   const bool pinned =
-      rule->category != C::kPerformance && rule->category != C::kModel;
+      rule->category != C::kPerformance && rule->category != C::kModel &&
+      rule->category != C::kApplication && rule->category != C::kLifecycle;
   const std::string node = pinned ? a.node : "";
   const int gpu = pinned && !node.empty() && a.gpu ? *a.gpu : -1;
   Tracked* reopen = nullptr;
@@ -369,13 +444,19 @@ void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
   t->primary = a;
   t->primary_rule = rule;
   t->primary_key = key;
+  t->risk_raised = false;
+  if (a.kind == AnomalyKind::kRepeatOffender) t->lemon_node = a.node;
   t->inc.kind = rule->name;
   t->inc.severity = rule->severity;
   t->inc.severity_history.push_back({rule->severity, a.ts, rule->name});
   t->inc.last_update_ts = a.ts;
   AddCondition(*t, key, a, rule, /*inhibited=*/false);
+  for (const Anomaly& b : more) {
+    AddCondition(*t, ConditionKey(b), b, rule, /*inhibited=*/false);
+  }
   Refresh(*t);
   Emit(reopen ? UpdateType::kReopened : UpdateType::kOpened, a.ts, *t, out);
+  Implicate(*t, out);
 }
 
 void IncidentEngine::Impl::Refresh(Tracked& t) {
@@ -394,8 +475,13 @@ void IncidentEngine::Impl::Refresh(Tracked& t) {
   const std::vector<const Condition*>& cand = local.empty() ? general : local;
   t.inc.node.clear();
   t.inc.gpu.reset();
-  if (!cand.empty() && t.category != C::kPerformance &&
-      t.category != C::kModel) {
+  t.inc.nodes.clear();
+  if (!t.lemon_node.empty()) {
+    t.inc.node = t.lemon_node;
+    t.inc.gpu = t.primary.gpu;
+  } else if (!cand.empty() && t.category != C::kPerformance &&
+             t.category != C::kModel && t.category != C::kApplication &&
+             t.category != C::kLifecycle) {
     bool same_node = !cand[0]->node.empty(),
          same_gpu = cand[0]->gpu.has_value();
     for (const Condition* c : cand) {
@@ -405,6 +491,14 @@ void IncidentEngine::Impl::Refresh(Tracked& t) {
     if (same_node) {
       t.inc.node = cand[0]->node;
       if (same_gpu) t.inc.gpu = cand[0]->gpu;
+    } else {
+      std::set<std::string> distinct;
+      for (const Condition* c : cand) {
+        if (!c->node.empty()) distinct.insert(c->node);
+      }
+      if (distinct.size() > 1) {
+        t.inc.nodes.assign(distinct.begin(), distinct.end());
+      }
     }
   }
   // Responses: every matched rule's, in enum order.
@@ -415,8 +509,16 @@ void IncidentEngine::Impl::Refresh(Tracked& t) {
   }
   if (t.inc.node.empty()) responses.erase(Response::kCordonNode);
   t.inc.responses.assign(responses.begin(), responses.end());
-  // Summary: the primary rule's, plus the job-wide symptoms it caused.
-  t.inc.summary = RenderSummary(t.primary_rule->summary, t.primary, Where(t));
+  // Summary: the primary rule's, plus the job-wide symptoms it caused. A
+  // multi-node incident names each of its nodes once.
+  if (t.inc.nodes.size() > 1) {
+    Anomaly named = t.primary;
+    named.node = JoinNodes(t.inc.nodes);
+    t.inc.summary = RenderSummary(t.primary_rule->summary, named, Where(t));
+  } else {
+    t.inc.summary =
+        RenderSummary(t.primary_rule->summary, t.primary, Where(t));
+  }
   bool hung = false;
   double drop = 0;
   for (const auto& [key, c] : t.conditions) {
@@ -444,9 +546,17 @@ void IncidentEngine::Impl::Refresh(Tracked& t) {
 
 void IncidentEngine::Impl::Raise(const Anomaly& a,
                                  std::vector<IncidentUpdate>* out) {
+  if (a.kind == AnomalyKind::kJobEnded) {
+    EndConditions(a);
+    if (!a.node.empty()) return;  // one node's part; the job's end follows
+  }
   const Rule* rule = rules.Find(a);
   Remember(a, rule);
   if (rule == nullptr) return;
+  if (IsNodeSilence(a.kind)) {
+    RaiseSilence(a, rule, out);
+    return;
+  }
   const std::string key = ConditionKey(a);
   if (auto it = by_condition.find(key);
       it != by_condition.end() &&
@@ -462,6 +572,203 @@ void IncidentEngine::Impl::Raise(const Anomaly& a,
     Attach(*s, key, a, rule, /*inhibited=*/true, out);
   } else {
     OpenOrReopen(key, a, rule, out);
+  }
+}
+
+void IncidentEngine::Impl::RaiseSilence(const Anomaly& a, const Rule* rule,
+                                        std::vector<IncidentUpdate>* out) {
+  // One condition per node; the anomaly may name several.
+  std::vector<Anomaly> each;
+  if (a.nodes.empty()) {
+    each.push_back(a);
+  } else {
+    for (const std::string& node : a.nodes) {
+      Anomaly b = a;
+      b.node = node;
+      b.nodes.clear();
+      each.push_back(std::move(b));
+    }
+  }
+  // Already part of a firing incident (re-raised): leave it there.
+  Tracked* target = nullptr;
+  for (const Anomaly& b : each) {
+    auto it = by_condition.find(ConditionKey(b));
+    if (it != by_condition.end() &&
+        it->second->inc.state == IncidentState::kFiring) {
+      target = it->second;
+    }
+  }
+  // Nodes of the job that fell silent shortly before: the same outage.
+  for (const auto& tp : incidents) {
+    if (target != nullptr) break;
+    Tracked& t = *tp;
+    if (t.inc.state == IncidentState::kFiring && t.inc.job == a.job &&
+        t.primary_rule == rule && !t.silent_nodes.empty() &&
+        a.ts - t.last_silence_ts <= rules.settings.node_group_window_s) {
+      target = &t;
+    }
+  }
+  if (target == nullptr) {
+    // The opening line names every node.
+    const std::vector<Anomaly> more(each.begin() + 1, each.end());
+    OpenOrReopen(ConditionKey(each[0]), each[0], rule, out, more);
+    return;
+  }
+  bool grew = false, raised = false;
+  for (const Anomaly& b : each) {
+    grew = AddCondition(*target, ConditionKey(b), b, rule, false) || grew;
+  }
+  raised = RaiseSeverity(*target, rule, a.ts);
+  target->inc.last_update_ts = a.ts;
+  Refresh(*target);
+  if (raised) {
+    Emit(UpdateType::kSeverityRaised, a.ts, *target, out);
+  } else if (grew) {
+    Emit(UpdateType::kEvidenceAdded, a.ts, *target, out);
+  }
+}
+
+void IncidentEngine::Impl::EndConditions(const Anomaly& a) {
+  for (const auto& tp : incidents) {
+    Tracked& t = *tp;
+    if (t.inc.state != IncidentState::kFiring || t.inc.job != a.job) continue;
+    for (auto& [key, c] : t.conditions) {
+      if (!c.active || IsNodeSilence(c.kind)) continue;
+      if (!a.node.empty() && c.node != a.node) continue;
+      c.active = false;
+      --t.active;
+      if (c.evidence >= 0) t.inc.evidence[c.evidence].active = false;
+      if (c.kind == AnomalyKind::kJobHang) --t.hangs_active;
+      t.last_change_ts = std::max(t.last_change_ts, a.ts);
+    }
+  }
+}
+
+void IncidentEngine::Impl::Implicate(const Tracked& t,
+                                     std::vector<IncidentUpdate>* out) {
+  const RuleSettings& s = rules.settings;
+  if (t.inc.node.empty() || t.inc.job.empty() || !t.lemon_node.empty() ||
+      t.inc.severity > Severity::kP2 ||
+      !(t.category == C::kGpuHardware || t.category == C::kCommunication ||
+        t.category == C::kNode)) {
+    return;
+  }
+  std::deque<Implication>& h = implicated[t.inc.node];
+  h.push_back({t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
+  while (!h.empty() && h.front().ts < now - s.lemon_window_s) h.pop_front();
+  std::set<std::string> jobs;
+  std::set<int> gpus;
+  bool all_gpus = true;
+  for (const Implication& i : h) {
+    jobs.insert(i.job);
+    if (i.gpu) {
+      gpus.insert(*i.gpu);
+    } else {
+      all_gpus = false;
+    }
+  }
+  if (static_cast<int>(jobs.size()) < s.lemon_jobs) return;
+  Anomaly a;
+  a.kind = AnomalyKind::kRepeatOffender;
+  a.node = t.inc.node;
+  if (all_gpus && gpus.size() == 1) a.gpu = *gpus.begin();
+  a.ts = t.inc.ts;
+  a.value = static_cast<double>(h.size());
+  a.score = static_cast<double>(jobs.size());
+  a.detail = absl::StrFormat("%d incidents in %d jobs within %.0f days: ",
+                             h.size(), jobs.size(), s.lemon_window_s / 86400);
+  for (size_t i = 0; i < h.size(); ++i) {
+    const Implication& im = h[i];
+    absl::StrAppend(&a.detail, i > 0 ? "; " : "", im.id, " ", im.kind,
+                    " (job ", im.job,
+                    im.gpu ? absl::StrCat(", gpu", *im.gpu) : std::string(),
+                    ")");
+  }
+  absl::StrAppend(&a.detail, ". Suggested: drain ", a.node,
+                  " and run diagnostics before it takes new jobs");
+  const Rule* rule = rules.Find(a);
+  if (rule == nullptr) return;
+  const std::string key = ConditionKey(a);
+  if (auto it = by_condition.find(key);
+      it != by_condition.end() &&
+      it->second->inc.state == IncidentState::kFiring) {
+    Reraise(*it->second, key, a, rule, out);
+    return;
+  }
+  OpenOrReopen(key, a, rule, out);
+}
+
+void IncidentEngine::Impl::CheckLemons(std::vector<IncidentUpdate>* out) {
+  (void)out;
+  const RuleSettings& s = rules.settings;
+  for (const auto& tp : incidents) {
+    Tracked& t = *tp;
+    if (t.lemon_node.empty() || t.active == 0) continue;
+    std::deque<Implication>& h = implicated[t.lemon_node];
+    while (!h.empty() && h.front().ts < now - s.lemon_window_s) h.pop_front();
+    std::set<std::string> jobs;
+    for (const Implication& i : h) jobs.insert(i.job);
+    if (static_cast<int>(jobs.size()) >= s.lemon_jobs) continue;
+    Anomaly a;
+    a.kind = AnomalyKind::kRepeatOffender;
+    a.cleared = true;
+    a.node = t.lemon_node;
+    a.gpu = t.primary.gpu;
+    a.ts = now;
+    Clear(a);
+  }
+}
+
+void IncidentEngine::Impl::CheckRisk(std::vector<IncidentUpdate>* out) {
+  const RuleSettings& s = rules.settings;
+  if (context == nullptr || !(s.risk_gpu_hours > 0)) return;
+  Anomaly probe;
+  probe.kind = AnomalyKind::kGpuHoursAtRisk;
+  const Rule* rule = rules.Find(probe);
+  if (rule == nullptr) return;
+  for (const auto& tp : incidents) {
+    Tracked& t = *tp;
+    if (t.inc.state != IncidentState::kFiring || t.risk_raised ||
+        t.inc.job.empty() || !(t.inc.severity > rule->severity) ||
+        t.inc.severity != Severity::kP2) {
+      continue;
+    }
+    const std::optional<JobContext> ctx = context->Context(t.inc.job);
+    if (!ctx || ctx->ended || ctx->gpus <= 0) continue;
+    const double since_ts = std::isfinite(ctx->last_checkpoint_ts)
+                                ? ctx->last_checkpoint_ts
+                                : ctx->run_start_ts;
+    if (!std::isfinite(since_ts)) continue;
+    const double hours = std::max(0.0, now - since_ts) / 3600;
+    const double at_risk = ctx->gpus * hours;
+    if (at_risk < s.risk_gpu_hours) continue;
+    Anomaly a;
+    a.kind = AnomalyKind::kGpuHoursAtRisk;
+    a.job = t.inc.job;
+    a.ts = now;
+    a.value = at_risk;
+    a.score = ctx->gpus;
+    a.baseline_mean = s.risk_gpu_hours;
+    a.detail = absl::StrFormat(
+        "%.0f GPU-hours at risk in job %s: %d GPUs x %.1f h since its %s "
+        "(>= %.0f)",
+        at_risk, t.inc.job, ctx->gpus, hours,
+        std::isfinite(ctx->last_checkpoint_ts) ? "last checkpoint"
+                                               : "start, no checkpoint seen",
+        s.risk_gpu_hours);
+    t.risk_raised = true;
+    // Evidence of the incident, not its cause: it raises the severity but
+    // neither renames nor re-localises it.
+    const std::string key = ConditionKey(a) + "|" + t.inc.id;
+    AddCondition(t, key, a, rule, /*inhibited=*/false);
+    Condition& c = t.conditions[key];
+    c.active = false;  // a figure, not a condition that must clear
+    --t.active;
+    if (c.evidence >= 0) t.inc.evidence[c.evidence].active = false;
+    RaiseSeverity(t, rule, now);
+    t.inc.last_update_ts = now;
+    Refresh(t);
+    Emit(UpdateType::kSeverityRaised, now, t, out);
   }
 }
 
@@ -533,9 +840,20 @@ std::vector<IncidentUpdate> IncidentEngine::Process(
 
 std::vector<IncidentUpdate> IncidentEngine::Advance(double ts) {
   std::vector<IncidentUpdate> out;
-  impl_->now = std::max(impl_->now, ts);
-  impl_->Resolve(&out);
+  Impl& m = *impl_;
+  m.now = std::max(m.now, ts);
+  // Risk and lemon windows move slowly: a look a minute is enough.
+  if (m.now >= m.next_risk_check) {
+    m.next_risk_check = m.now + 60;
+    m.CheckRisk(&out);
+    m.CheckLemons(&out);
+  }
+  m.Resolve(&out);
   return out;
+}
+
+void IncidentEngine::set_context_source(const JobContextSource* source) {
+  impl_->context = source;
 }
 
 std::vector<Incident> IncidentEngine::Incidents() const {

@@ -40,17 +40,46 @@
 // step) stays; severity_history records the rule of each rise.
 // Severity only rises while an incident fires (a severity_raised update);
 // a reopened incident restarts at its new evidence's severity.
+//
+// Job lifecycle: a kJobEnded anomaly with a node ends every condition of
+// that job on that node; one without a node ends every condition of the
+// job and opens the job's lifecycle incident (job_ended, P3). Node-silent
+// conditions survive a job's end: a dead node stays down until it reports.
+// Nodes: a node-silent anomaly naming several nodes, and node-silent
+// anomalies of one job within node_group_window_s of an open node-down
+// incident, make one incident whose `nodes` lists them all.
+// XIDs: one condition per (GPU, code); a storm's later raises update its
+// count and rate in place.
+// Repeat offenders: a node implicated in incidents (GPU hardware,
+// communication, node; P0-P2; localised to it) of lemon_jobs different
+// jobs within lemon_window_s opens one lemon_node incident (job "") whose
+// evidence lists them; it resolves when the window no longer holds them.
+// GPU-hours at risk: a firing P2 incident whose job (JobContextSource) has
+// GPUs x hours since its last checkpoint >= risk_gpu_hours rises to the
+// gpu_hours_at_risk rule's severity, with that figure as evidence.
 #ifndef VIGIL_RULES_ENGINE_H_
 #define VIGIL_RULES_ENGINE_H_
 
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "detector/anomaly.h"
+#include "detector/detector.h"
 #include "rules/incident.h"
 #include "rules/rule.h"
 
 namespace vigil {
+
+// What the engine may ask about a job's current run (the pipeline answers
+// from the detector).
+class JobContextSource {
+ public:
+  virtual ~JobContextSource() = default;
+  // The job's current run; nullopt when unknown.
+  virtual std::optional<JobContext> Context(std::string_view job) const = 0;
+};
 
 // Not thread-safe: one thread (or one lock) drives an instance. Keeps
 // firing incidents and resolved ones for reopen_window_s; memory is
@@ -79,6 +108,9 @@ class IncidentEngine {
 
   // The rules in use.
   const RuleSet& rules() const;
+
+  // Where GPU-hours at risk come from (not owned; null: never raised).
+  void set_context_source(const JobContextSource* source);
 
  private:
   struct Impl;

@@ -68,8 +68,17 @@ struct Signal {
       if (!gpu) gpu = a.gpu;
     }
     if (dev.empty()) dev = a.dev;
-    if (a.kind == K::kXid && a.detail.rfind("xid ", 0) == 0) {
-      xids.push_back(std::atoi(a.detail.c_str() + 4));
+    if (a.kind == K::kXid) {
+      if (a.code) {
+        xids.push_back(*a.code);
+      } else if (a.detail.rfind("xid ", 0) == 0) {
+        xids.push_back(std::atoi(a.detail.c_str() + 4));
+      }
+    }
+    for (const std::string& n : a.nodes) {
+      if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) {
+        nodes.push_back(n);
+      }
     }
   }
   bool Has(std::string_view kind) const {
@@ -88,7 +97,7 @@ struct Signal {
   }
 };
 
-constexpr size_t kCategories = static_cast<size_t>(HintCategory::kGeneral) + 1;
+constexpr size_t kCategories = static_cast<size_t>(HintCategory::kLifecycle) + 1;
 
 std::string GpuText(const Signal& s, bool slowed) {
   std::string t = absl::StrCat("GPU hardware on ", s.Where(), " (",
@@ -203,12 +212,49 @@ std::string MemoryText(const Signal& s) {
 }
 
 std::string NodeText(const Signal& s) {
+  if (s.Has("repeat_offender")) {
+    return absl::StrCat(
+        "Node ", s.Where(),
+        " keeps failing across jobs: drain it (scontrol update NodeName=",
+        s.nodes.empty() ? std::string("<node>") : s.nodes[0],
+        " State=DRAIN Reason=vigil-lemon, or kubectl cordon), run dcgmi diag "
+        "-r 3 and the vendor's field diagnostics, and return it to service "
+        "only once they pass.");
+  }
+  if (s.Has("job_unreachable")) {
+    return absl::StrCat(
+        "The scheduler still runs the job, but none of its nodes (", s.Where(),
+        ") reports: look for a network partition between them and Vigil, "
+        "then at the nodes themselves (ping, BMC/IPMI) and their agents.");
+  }
+  if (s.Has("idle_node_silent") && !s.Has("node_silent")) {
+    return absl::StrCat(
+        "Node ", s.Where(),
+        " stopped reporting while it ran no training job: check reachability "
+        "(ping, BMC/IPMI) and the agent (systemctl status vigil-agent) "
+        "before it is given new work.");
+  }
+  const bool several = s.nodes.size() > 1;
   return absl::StrCat(
-      "Node ", s.Where(),
-      " stopped reporting: check reachability (ping, BMC/IPMI), the kernel "
-      "log (journalctl -k: panic, Xid, OOM killer) and the agent (systemctl "
-      "status vigil-agent); restart the job from its last checkpoint "
-      "without the node.");
+      several ? "Nodes " : "Node ", s.Where(),
+      several ? " stopped reporting together: suspect what they share (rack "
+                "power, a top-of-rack switch, a network partition) before the "
+                "nodes themselves; "
+              : " stopped reporting: ",
+      "check reachability (ping, BMC/IPMI), the kernel log (journalctl -k: "
+      "panic, Xid, OOM killer) and the agent (systemctl status vigil-agent); "
+      "restart the job from its last checkpoint without the node",
+      several ? "s." : ".");
+}
+
+std::string ApplicationText(const Signal& s) {
+  return absl::StrCat(
+      "The job's own code faulted on the GPU (", absl::StrJoin(s.kinds, ", "),
+      s.xids.empty() ? "" : absl::StrCat("; xid ", absl::StrJoin(s.xids, ", ")),
+      "): XID 13/31/43/45 are illegal memory accesses, MMU faults or kernels "
+      "that stopped - rerun with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer "
+      "to find the kernel. Suspect the GPU only if it recurs on the same card "
+      "across jobs (Vigil then reports the node as a repeat offender).");
 }
 
 }  // namespace
@@ -296,6 +342,15 @@ Hint BuildHint(HintCategory primary, const std::vector<Observation>& recent) {
             "step (torch.profiler / nsys) for a slower operator and compare "
             "with recent code or configuration changes.";
       }
+      break;
+    case HintCategory::kApplication:
+      hint.text = ApplicationText(S(cat));
+      break;
+    case HintCategory::kLifecycle:
+      hint.text =
+          "A job's end is part of its life: recorded on its timeline, "
+          "nothing to do. If it should still run, check the scheduler "
+          "(squeue / kubectl get pods) and the job's log.";
       break;
     case HintCategory::kGeneral:
       hint.text = absl::StrCat(

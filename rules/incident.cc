@@ -10,14 +10,15 @@ constexpr std::array<std::string_view, 4> kSeverities = {"P0", "P1", "P2",
 constexpr std::array<std::string_view, 6> kResponses = {
     "checkpoint_then_pause_job", "pause_job", "cordon_node", "notify_sre",
     "diagnostic_report",         "log"};
-constexpr std::array<std::string_view, 8> kCategories = {
+constexpr std::array<std::string_view, 10> kCategories = {
     "gpu_hardware", "communication", "data_pipeline", "model",
-    "memory",       "node",          "performance",   "general"};
+    "memory",       "node",          "performance",   "general",
+    "application",  "lifecycle"};
 constexpr std::array<std::string_view, 5> kUpdates = {
     "opened", "severity_raised", "evidence_added", "resolved", "reopened"};
 
 static_assert(static_cast<size_t>(Response::kLog) + 1 == kResponses.size());
-static_assert(static_cast<size_t>(HintCategory::kGeneral) + 1 ==
+static_assert(static_cast<size_t>(HintCategory::kLifecycle) + 1 ==
               kCategories.size());
 static_assert(static_cast<size_t>(UpdateType::kReopened) + 1 ==
               kUpdates.size());

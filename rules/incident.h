@@ -56,10 +56,13 @@ enum class HintCategory : uint8_t {
   kPerformance,    // A job-wide symptom (throughput, hang, MFU) whose
                    // cause is found by correlating the job's anomalies.
   kGeneral,        // A baseline fluctuation with no known meaning.
+  kApplication,    // The job's own code faulted on the GPU (application
+                   // XIDs): attributed to the job, not to the node.
+  kLifecycle,      // A job's life (its end): recorded, never a fault.
 };
 
 // "gpu_hardware", "communication", "data_pipeline", "model", "memory",
-// "node", "performance", "general".
+// "node", "performance", "general", "application", "lifecycle".
 std::string_view HintCategoryName(HintCategory category);
 // The category named `name`, or nullopt when none has that name.
 std::optional<HintCategory> ParseHintCategory(std::string_view name);
@@ -108,6 +111,10 @@ struct Incident {
   // spans several nodes/GPUs.
   std::string node;
   std::optional<int> gpu;
+  // When the fault spans several nodes (nodes of a job that fell silent
+  // together: a rack, a switch, a partition): each of them, sorted; `node`
+  // is then empty. Empty otherwise.
+  std::vector<std::string> nodes;
   // First detection: the opening anomaly's time and step.
   double ts = 0;
   std::optional<int64_t> step;

@@ -44,6 +44,8 @@ nlohmann::json EvidenceToJson(const Evidence& evidence) {
   j["ts"] = a.ts;
   j["step"] = a.step ? nlohmann::json(*a.step) : nlohmann::json(nullptr);
   j["detail"] = a.detail;
+  if (!a.nodes.empty()) j["nodes"] = a.nodes;
+  if (a.code) j["code"] = *a.code;
   j["rule"] = evidence.rule;
   j["active"] = evidence.active;
   j["inhibited"] = evidence.inhibited;
@@ -58,6 +60,8 @@ nlohmann::json IncidentToJson(const Incident& incident, bool full) {
   j["job"] = incident.job;
   j["node"] = OrNull(incident.node);
   j["gpu"] = incident.gpu ? nlohmann::json(*incident.gpu) : nlohmann::json(nullptr);
+  // Only incidents that span several nodes carry "nodes" (node is null).
+  if (!incident.nodes.empty()) j["nodes"] = incident.nodes;
   j["ts"] = incident.ts;
   j["step"] = incident.step ? nlohmann::json(*incident.step) : nlohmann::json(nullptr);
   j["summary"] = incident.summary;

@@ -14,11 +14,13 @@ nlohmann::json JsonNumber(double value);
 
 // {"kind", "node", "gpu", "dev", "series", "metric", "value",
 //  "baseline_mean", "baseline_sigma", "score", "tier", "ts", "step",
-//  "detail", "rule", "active", "inhibited"} of one piece of evidence.
+//  "detail", "rule", "active", "inhibited"} of one piece of evidence, plus
+// "nodes" for a condition of several nodes and "code" for an XID.
 nlohmann::json EvidenceToJson(const Evidence& evidence);
 
 // The replay output object: {"id", "severity", "kind", "job", "node" (or
-// null), "gpu" (or null), "ts", "step", "summary", "hint", "evidence"}.
+// null), "gpu" (or null), "ts", "step", "summary", "hint", "evidence"},
+// plus "nodes" (sorted) when the incident spans several nodes.
 // With `full`, adds state, responses, hint_category, last_update_ts,
 // resolved_ts, reopen_count, evidence_dropped and severity_history.
 nlohmann::json IncidentToJson(const Incident& incident, bool full = false);

@@ -6,7 +6,16 @@ namespace vigil {
 
 DetectionPipeline::DetectionPipeline(const DetectorOptions& detector_options,
                                      RuleSet rules)
-    : detector_(detector_options), engine_(std::move(rules)) {}
+    : detector_(detector_options), engine_(std::move(rules)) {
+  engine_.set_context_source(this);
+}
+
+void DetectionPipeline::SetJobState(std::string_view job, JobRunState state,
+                                    double ts,
+                                    std::vector<IncidentUpdate>* out) {
+  detector_.SetJobState(job, state, ts, &anomalies_);
+  Drain(ts, out);
+}
 
 absl::Status DetectionPipeline::RegisterSeries(uint32_t id,
                                                const SeriesKey& key) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,9 +21,11 @@
 namespace vigil {
 
 // Not thread-safe: one thread (or one lock) drives an instance.
-class DetectionPipeline {
+class DetectionPipeline : private JobContextSource {
  public:
   DetectionPipeline(const DetectorOptions& detector_options, RuleSet rules);
+  DetectionPipeline(const DetectionPipeline&) = delete;
+  DetectionPipeline& operator=(const DetectionPipeline&) = delete;
 
   // Declares series `id`; see Detector::RegisterSeries for errors.
   absl::Status RegisterSeries(uint32_t id, const SeriesKey& key);
@@ -36,6 +40,18 @@ class DetectionPipeline {
   // appends silences, hangs and auto-resolutions that fell due to `out`.
   void AdvanceTime(double ts, std::vector<IncidentUpdate>* out);
 
+  // The scheduler's word on `job` at data time `ts` (Detector::
+  // SetJobState); appends what follows to `out`.
+  void SetJobState(std::string_view job, JobRunState state, double ts,
+                   std::vector<IncidentUpdate>* out);
+  // Jobs waiting for the scheduler's word; jobs with a running node.
+  std::vector<std::string> JobsAwaitingScheduler() const {
+    return detector_.JobsAwaitingScheduler();
+  }
+  std::vector<std::string> RunningJobs() const {
+    return detector_.RunningJobs();
+  }
+
   // Every incident so far, open and resolved.
   std::vector<Incident> Incidents() const { return engine_.Incidents(); }
   DetectorStats detector_stats() const { return detector_.stats(); }
@@ -47,6 +63,9 @@ class DetectionPipeline {
  private:
   // Feeds pending anomalies to the engine and resolves what fell due.
   void Drain(double ts, std::vector<IncidentUpdate>* out);
+  std::optional<JobContext> Context(std::string_view job) const override {
+    return detector_.Context(job);
+  }
 
   Detector detector_;
   IncidentEngine engine_;

@@ -14,15 +14,19 @@ constexpr std::array<std::string_view, 12> kPlaceholders = {
     "job",   "node",  "gpu",     "dev",      "where",  "metric",
     "value", "score", "percent", "baseline", "detail", "tier"};
 
-// The code N of a detail reading "xid N", or nullopt.
-std::optional<int> XidCode(std::string_view detail) {
+// The XID code of `a`: its code, else N of a detail starting "xid N"
+// (anomalies recorded before codes existed); nullopt when none.
+std::optional<int> XidCode(const Anomaly& a) {
+  if (a.code) return a.code;
   constexpr std::string_view kPrefix = "xid ";
+  const std::string_view detail = a.detail;
   if (!detail.starts_with(kPrefix)) return std::nullopt;
   const std::string_view digits = detail.substr(kPrefix.size());
   int code = 0;
   const auto [end, ec] =
       std::from_chars(digits.data(), digits.data() + digits.size(), code);
-  if (ec != std::errc() || end != digits.data() + digits.size()) {
+  if (ec != std::errc() || end == digits.data() ||
+      (end != digits.data() + digits.size() && *end != ',')) {
     return std::nullopt;
   }
   return code;
@@ -56,7 +60,7 @@ bool RuleMatch::Matches(const Anomaly& a) const {
   if (tier && *tier != a.tier) return false;
   if (min_score && !(std::fabs(a.score) >= *min_score)) return false;
   if (!xid_codes.empty()) {
-    const std::optional<int> code = XidCode(a.detail);
+    const std::optional<int> code = XidCode(a);
     if (!code) return false;
     bool code_ok = false;
     for (int c : xid_codes) code_ok = code_ok || c == *code;

@@ -25,7 +25,9 @@
 //     ],
 //     "settings": {"resolve_after_s": 300, "reopen_window_s": 3600,
 //                  "group_window_s": 600, "hint_window_s": 1800,
-//                  "max_evidence": 50}
+//                  "max_evidence": 50, "node_group_window_s": 120,
+//                  "lemon_window_s": 604800, "lemon_jobs": 3,
+//                  "risk_gpu_hours": 1000}
 //   }
 // A rule whose name is in the catalogue overrides the fields it gives (a
 // given "match" replaces the whole match) and keeps its place; a new rule
@@ -57,8 +59,8 @@ struct RuleMatch {
   std::optional<int> tier;
   // Minimum |score|, when set.
   std::optional<double> min_score;
-  // XID codes: the anomaly's detail must read "xid N" with N listed.
-  // Empty: any (or no) code.
+  // XID codes: the anomaly's code (else a detail starting "xid N") must be
+  // listed. Empty: any (or no) code.
   std::vector<int> xid_codes;
 
   // Whether `anomaly` (a raise) satisfies every condition.
@@ -103,6 +105,20 @@ struct RuleSettings {
   double hint_window_s = 1800;
   // Evidence kept per incident (the rest is counted).
   int max_evidence = 50;
+  // Nodes of one job that fall silent within this long of each other are
+  // one node-down incident (a rack, a switch, a partition), not one each.
+  double node_group_window_s = 120;
+  // Repeat offenders: a node implicated in incidents (GPU hardware,
+  // communication, node) of at least lemon_jobs different jobs within
+  // lemon_window_s is a "lemon": one incident of rule lemon_node naming
+  // its history, with a suggested drain.
+  double lemon_window_s = 7 * 86400;
+  int lemon_jobs = 3;
+  // GPU-hours at risk: a P2 incident whose job has GPUs x hours since its
+  // last checkpoint (or its start) >= this rises to rule
+  // gpu_hours_at_risk's severity (P1): a fault on a 1,024-GPU job that
+  // has not saved for 3 h costs far more than on 8 GPUs. 0 disables.
+  double risk_gpu_hours = 1000;
 };
 
 // A full rule configuration: ordered rules and settings.

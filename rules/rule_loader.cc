@@ -82,13 +82,18 @@ class Loader {
     }
     CheckKeys(s, "settings",
               {"resolve_after_s", "reopen_window_s", "group_window_s",
-               "hint_window_s", "max_evidence"});
+               "hint_window_s", "max_evidence", "node_group_window_s",
+               "lemon_window_s", "lemon_jobs", "risk_gpu_hours"});
     RuleSettings& out = set_->settings;
     for (auto [key, field] : {std::pair<const char*, double*>{
                                   "resolve_after_s", &out.resolve_after_s},
                               {"reopen_window_s", &out.reopen_window_s},
                               {"group_window_s", &out.group_window_s},
-                              {"hint_window_s", &out.hint_window_s}}) {
+                              {"hint_window_s", &out.hint_window_s},
+                              {"node_group_window_s",
+                               &out.node_group_window_s},
+                              {"lemon_window_s", &out.lemon_window_s},
+                              {"risk_gpu_hours", &out.risk_gpu_hours}}) {
       auto it = s.find(key);
       if (it == s.end()) continue;
       const std::string path = Join("settings", key);
@@ -106,6 +111,14 @@ class Loader {
         Error("settings.max_evidence", "must be an integer in [1, 100000]");
       } else {
         out.max_evidence = it->get<int>();
+      }
+    }
+    if (auto it = s.find("lemon_jobs"); it != s.end()) {
+      if (!it->is_number_integer() || it->get<int64_t>() < 2 ||
+          it->get<int64_t>() > 1000) {
+        Error("settings.lemon_jobs", "must be an integer in [2, 1000]");
+      } else {
+        out.lemon_jobs = it->get<int>();
       }
     }
   }

@@ -104,8 +104,11 @@ struct Replayer::Impl {
   std::vector<std::unique_ptr<NodeTable>> tables;
   absl::flat_hash_map<std::string, NodeTable*> table_of;  // "job\0node"
   std::string scratch_key;
-  // Per series id: the frame number that last carried it (duplicates).
+  // Per series id: the frame number that last carried it (duplicates), and
+  // its key (the detector forgets series of jobs that ended long ago; a
+  // resumed job's series are registered again).
   std::vector<int64_t> seen_in_line;
+  std::vector<SeriesKey> keys;
   uint32_t next_id = 0;
   double newest_ts = -std::numeric_limits<double>::infinity();
 
@@ -113,6 +116,8 @@ struct Replayer::Impl {
   NodeTable* table = nullptr;
   double ts = 0;
   std::optional<int64_t> step;
+  std::string_view end_job, end_reason;
+  std::optional<int64_t> end_step;
   std::vector<uint32_t> ids;
   std::vector<double> values;
   std::vector<IncidentUpdate> updates;
@@ -142,6 +147,7 @@ absl::StatusOr<uint32_t> Replayer::Impl::SeriesId(NodeTable* t,
   const uint32_t id = next_id++;
   t->ids.emplace(scratch_key, id);
   seen_in_line.push_back(-1);
+  keys.push_back(std::move(key));
   ++stats.series;
   return id;
 }
@@ -167,6 +173,8 @@ std::string Replayer::Impl::Parse(std::string_view line) {
   bool has_node = false, has_job = false;
   std::optional<simdjson::dom::array> samples;
   step.reset();
+  end_job = end_reason = {};
+  end_step.reset();
   for (auto [key, value] : obj) {
     if (key == "ts") {
       double d;
@@ -193,6 +201,32 @@ std::string Replayer::Impl::Parse(std::string_view line) {
       simdjson::dom::array a;
       if (value.get_array().get(a)) return "\"samples\" must be an array";
       samples = a;
+    } else if (key == "job_end") {
+      if (value.is_null()) continue;
+      simdjson::dom::object end;
+      if (value.get_object().get(end)) return "\"job_end\" must be an object";
+      for (auto [ek, ev] : end) {
+        if (ek == "job") {
+          if (ev.get_string().get(end_job) || end_job.empty()) {
+            return "\"job_end.job\" must be a non-empty string";
+          }
+        } else if (ek == "step") {
+          if (ev.is_null()) continue;
+          int64_t s;
+          if (ev.get_int64().get(s)) return "\"job_end.step\" must be an integer";
+          end_step = s;
+        } else if (ek == "reason") {
+          if (ev.is_null()) continue;
+          if (ev.get_string().get(end_reason)) {
+            return "\"job_end.reason\" must be a string";
+          }
+        }
+      }
+      if (end_job.empty()) return "\"job_end\" needs \"job\"";
+      if (end_job.size() > kMaxLabelValueLength) {
+        return absl::StrCat("\"job_end.job\" must be at most ",
+                            kMaxLabelValueLength, " bytes");
+      }
     }
   }
   if (!frame_ts) return "missing \"ts\"";
@@ -293,6 +327,9 @@ void Replayer::Impl::Line(std::string_view line) {
   newest_ts = std::max(newest_ts, ts);
   ++stats.frames;
   stats.samples += static_cast<int64_t>(ids.size());
+  for (uint32_t id : ids) {
+    if (!pipeline.HasSeries(id)) (void)pipeline.RegisterSeries(id, keys[id]);
+  }
   FrameView frame;
   frame.node = table->node;
   frame.job = table->job;
@@ -300,6 +337,9 @@ void Replayer::Impl::Line(std::string_view line) {
   frame.ts = ts;
   frame.ids = ids;
   frame.values = values;
+  frame.job_end.job = end_job;
+  frame.job_end.step = end_step;
+  frame.job_end.reason = end_reason;
   updates.clear();
   pipeline.ProcessFrame(frame, &updates);
   for (const IncidentUpdate& u : updates) {

@@ -11,13 +11,18 @@
 // "ts" (finite number), "node", "job" (non-empty strings) and "samples"
 // (array) are required; "step" (integer) is optional. Each sample needs "m"
 // (a metric name) and "v" (a number or "nan", "inf", "-inf"); "gpu" (a
-// non-negative integer) and "dev" (a string) are optional labels. Unknown
-// keys and null optional fields are ignored.
+// non-negative integer) and "dev" (a string) are optional labels. Optional
+// "job_end": {"job": "<the job that ended on this node>", "step": <its
+// last step>, "reason": "completed"} marks the first frame after a job's
+// end on the node (the frame's own job is then the node's next job or its
+// idle job); "job" is required in it, "step" and "reason" optional.
+// Unknown keys and null optional fields are ignored.
 //
 // Output lines (IncidentToJson, keys sorted):
 //  - when an incident opens: exactly {"evidence", "gpu", "hint", "id",
 //    "job", "kind", "node", "severity", "step", "summary", "ts"}, ts and
-//    step those of first detection;
+//    step those of first detection, plus "nodes" (sorted; "node" null)
+//    when it spans several nodes;
 //  - when an open incident's severity rises: the same object with the new
 //    severity, "ts"/"step" of the frame during which it rose, and extra
 //    "event": "severity_raised", "first_ts", "first_step";

@@ -22,6 +22,8 @@ class BaselineQueryTest : public ::testing::Test {
     o.baseline.learn_steps = 50;
     o.baseline.warmup_steps = 0;
     o.baseline.k_sigma = 4;
+    o.lifecycle.rewarm_s = 0;
+    o.lifecycle.rewarm_steps = 0;
     return o;
   }
 

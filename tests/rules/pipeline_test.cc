@@ -81,12 +81,36 @@ TEST(PipelineTest, AdvanceTimeDetectsASilentNode) {
     Feed(p, "n1", kStart + i, i, 1, 600, &out);
   }
   ASSERT_TRUE(out.empty());
+  // n1 stops; n0 goes on (its step too): n1 died inside a running job.
+  for (int i = 30; i < 40; ++i) Feed(p, "n0", kStart + i, i, 0, 600, &out);
   p.AdvanceTime(kStart + 29 + 10, &out);
   EXPECT_TRUE(out.empty());  // under min_silence_s (15 s)
+  for (int i = 40; i < 60; ++i) Feed(p, "n0", kStart + i, i, 0, 600, &out);
   p.AdvanceTime(kStart + 29 + 30, &out);
   ASSERT_FALSE(out.empty());
   EXPECT_EQ(out[0].incident.kind, "node_down");
+  EXPECT_EQ(out[0].incident.node, "n1");
   EXPECT_EQ(out[0].incident.severity, Severity::kP0);
+}
+
+// Both nodes of a job stop at one step: the job ended. A lifecycle
+// incident (P3), no node_down.
+TEST(PipelineTest, NodesStoppingTogetherEndTheJob) {
+  DetectionPipeline p(DetectorOptions(), DefaultRuleSet());
+  ASSERT_TRUE(p.RegisterSeries(0, Key("gpu_power_watts", "n0")).ok());
+  ASSERT_TRUE(p.RegisterSeries(1, Key("gpu_power_watts", "n1")).ok());
+  std::vector<IncidentUpdate> out;
+  for (int i = 0; i < 30; ++i) {
+    Feed(p, "n0", kStart + i, i, 0, 600, &out);
+    Feed(p, "n1", kStart + i, i, 1, 600, &out);
+  }
+  p.AdvanceTime(kStart + 29 + 60, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].type, UpdateType::kOpened);
+  EXPECT_EQ(out[0].incident.kind, "job_ended");
+  EXPECT_EQ(out[0].incident.severity, Severity::kP3);
+  EXPECT_NE(out[0].incident.summary.find("step 29"), std::string::npos)
+      << out[0].incident.summary;
 }
 
 TEST(IncidentJsonTest, ReplayObjectHasTheContractKeysAndNulls) {

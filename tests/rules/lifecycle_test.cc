@@ -1,0 +1,287 @@
+// The incident engine's handling of a cluster's ordinary life and of
+// impact: job ends, nodes silent together, XID storms, repeat offenders
+// and GPU-hours at risk.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "rules/engine.h"
+#include "rules/incident_json.h"
+
+namespace vigil {
+namespace {
+
+using K = AnomalyKind;
+
+Anomaly Make(K kind, double ts, std::string job, std::string node = "",
+             std::optional<int> gpu = std::nullopt) {
+  Anomaly a;
+  a.kind = kind;
+  a.ts = ts;
+  a.job = std::move(job);
+  a.node = std::move(node);
+  a.gpu = gpu;
+  return a;
+}
+
+Anomaly Cleared(Anomaly a, double ts) {
+  a.cleared = true;
+  a.ts = ts;
+  return a;
+}
+
+std::vector<IncidentUpdate> Feed(IncidentEngine& e, std::vector<Anomaly> in) {
+  return e.Process(in);
+}
+
+// A job's end ends its conditions: its incidents resolve instead of
+// firing forever, and the end itself is a P3 lifecycle incident.
+TEST(LifecycleTest, JobEndResolvesTheJobsIncidentsAndIsP3) {
+  IncidentEngine e;
+  Anomaly frag = Make(K::kFragmentation, 100, "j", "n1", 2);
+  frag.series_id = 7;
+  std::vector<IncidentUpdate> u = Feed(e, {frag});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.severity, Severity::kP2);
+  Anomaly end = Make(K::kJobEnded, 200, "j");
+  end.detail = "all 2 nodes stopped reporting at step 500; 2 nodes";
+  u = Feed(e, {Make(K::kJobEnded, 200, "j", "n1"), end, Cleared(end, 200)});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.kind, "job_ended");
+  EXPECT_EQ(u[0].incident.severity, Severity::kP3);
+  EXPECT_EQ(u[0].incident.hint_category, HintCategory::kLifecycle);
+  u = e.Advance(200 + 301);
+  ASSERT_EQ(u.size(), 2u);
+  for (const IncidentUpdate& r : u) EXPECT_EQ(r.type, UpdateType::kResolved);
+}
+
+// A node's own end (a marker) ends only that node's conditions.
+TEST(LifecycleTest, OneNodesEndLeavesTheOthers) {
+  IncidentEngine e;
+  Anomaly a = Make(K::kThermalThrottle, 100, "j", "n1", 0);
+  Anomaly b = Make(K::kThermalThrottle, 100, "j", "n2", 0);
+  Feed(e, {a, b});
+  Feed(e, {Make(K::kJobEnded, 150, "j", "n1")});
+  std::vector<IncidentUpdate> u = e.Advance(150 + 400);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.node, "n1");
+}
+
+// A dead node stays down after its job ends: node_down is not a job
+// condition.
+TEST(LifecycleTest, NodeDownSurvivesTheJobsEnd) {
+  IncidentEngine e;
+  Feed(e, {Make(K::kNodeSilent, 100, "j", "n1")});
+  Anomaly end = Make(K::kJobEnded, 200, "j");
+  Feed(e, {end, Cleared(end, 200)});
+  std::vector<IncidentUpdate> u = e.Advance(2000);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.kind, "job_ended");
+}
+
+// Five of sixteen nodes silent at once: one incident naming the five, in
+// its opening update, with a summary that names each once.
+TEST(LifecycleTest, NodesSilentTogetherAreOneIncident) {
+  IncidentEngine e;
+  Anomaly a = Make(K::kNodeSilent, 100, "j");
+  a.nodes = {"n03", "n04", "n05", "n06", "n07"};
+  a.detail = "no frame for 16 s (interval 1 s)";
+  std::vector<IncidentUpdate> u = Feed(e, {a});
+  ASSERT_EQ(u.size(), 1u);
+  const Incident& inc = u[0].incident;
+  EXPECT_EQ(u[0].type, UpdateType::kOpened);
+  EXPECT_EQ(inc.kind, "node_down");
+  EXPECT_EQ(inc.severity, Severity::kP0);
+  EXPECT_EQ(inc.node, "");
+  EXPECT_EQ(inc.nodes, a.nodes);
+  EXPECT_EQ(inc.evidence.size(), 5u);
+  EXPECT_EQ(inc.summary,
+            "n03, n04, n05, n06 and n07 stopped reporting (no frame for 16 s "
+            "(interval 1 s))");
+  // No automatic cordon of five nodes at once.
+  for (Response r : inc.responses) EXPECT_NE(r, Response::kCordonNode);
+  const nlohmann::json j = IncidentToJson(inc);
+  EXPECT_EQ(j["node"], nullptr);
+  EXPECT_EQ(j["nodes"], nlohmann::json(a.nodes));
+  // A sixth node of the job a minute later joins it.
+  u = Feed(e, {Make(K::kNodeSilent, 160, "j", "n08")});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].type, UpdateType::kEvidenceAdded);
+  EXPECT_EQ(u[0].incident.nodes.size(), 6u);
+  // Anomalies of the silent nodes are inhibited by it.
+  u = Feed(e, {Make(K::kPeerPowerLow, 170, "j", "n05", 1)});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.id, "inc-000001");
+  // Each comes back on its own; once all are back it resolves.
+  std::vector<Anomaly> back;
+  for (const std::string& n : {"n03", "n04", "n05", "n06", "n07", "n08"}) {
+    back.push_back(Cleared(Make(K::kNodeSilent, 200, "j", n), 200));
+  }
+  back.push_back(Cleared(Make(K::kPeerPowerLow, 200, "j", "n05", 1), 200));
+  Feed(e, back);
+  u = e.Advance(501);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].type, UpdateType::kResolved);
+}
+
+// A node dying alone in a running job is still its own P0.
+TEST(LifecycleTest, OneNodeSilentIsP0OnIt) {
+  IncidentEngine e;
+  std::vector<IncidentUpdate> u = Feed(e, {Make(K::kNodeSilent, 100, "j", "n2")});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.severity, Severity::kP0);
+  EXPECT_EQ(u[0].incident.node, "n2");
+  EXPECT_TRUE(u[0].incident.nodes.empty());
+  // Silence of another job's node is another incident.
+  u = Feed(e, {Make(K::kNodeSilent, 110, "other", "n9")});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.id, "inc-000002");
+}
+
+// An idle node's silence is a ticket; a job the scheduler runs whose nodes
+// all fell silent is a P1.
+TEST(LifecycleTest, IdleSilenceIsP2AndUnreachableJobIsP1) {
+  IncidentEngine e;
+  std::vector<IncidentUpdate> u =
+      Feed(e, {Make(K::kIdleNodeSilent, 100, "idle", "n2")});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.kind, "idle_node_down");
+  EXPECT_EQ(u[0].incident.severity, Severity::kP2);
+  Anomaly gone = Make(K::kJobUnreachable, 100, "j");
+  gone.nodes = {"n5", "n6"};
+  u = Feed(e, {gone});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.kind, "job_unreachable");
+  EXPECT_EQ(u[0].incident.severity, Severity::kP1);
+}
+
+// Ten thousand XIDs of one code on one GPU are one incident whose evidence
+// counts them; another code on the same GPU is another condition; an
+// application XID is the job's, not the node's.
+TEST(LifecycleTest, XidStormIsOneConditionPerCode) {
+  IncidentEngine e;
+  auto xid = [](double ts, int code, double count) {
+    Anomaly a = Make(K::kXid, ts, "j", "n1", 3);
+    a.code = code;
+    a.series_id = 4;
+    a.value = count;
+    a.detail = "xid " + std::to_string(code);
+    return a;
+  };
+  std::vector<IncidentUpdate> u = Feed(e, {xid(100, 94, 1)});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.kind, "xid_gpu_error");
+  EXPECT_EQ(u[0].incident.severity, Severity::kP1);
+  for (double c : {10.0, 100.0, 1000.0, 10000.0}) {
+    u = Feed(e, {xid(100 + c / 100, 94, c)});
+    ASSERT_EQ(u.size(), 1u);
+    EXPECT_EQ(u[0].type, UpdateType::kEvidenceAdded);
+    EXPECT_EQ(u[0].incident.id, "inc-000001");
+  }
+  EXPECT_EQ(u[0].incident.evidence[0].anomaly.value, 10000);
+  // XID 79 on the same GPU: a new condition, which raises it to P0.
+  u = Feed(e, {xid(300, 79, 1)});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].type, UpdateType::kSeverityRaised);
+  EXPECT_EQ(u[0].incident.severity, Severity::kP0);
+  EXPECT_EQ(u[0].incident.kind, "xid_fatal");
+  // An application XID on another job: the job's incident, no node, no
+  // cordon.
+  Anomaly app = Make(K::kXid, 400, "k", "n7", 1);
+  app.code = 13;
+  app.series_id = 9;
+  u = Feed(e, {app});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.kind, "xid_app_error");
+  EXPECT_EQ(u[0].incident.node, "");
+  EXPECT_EQ(u[0].incident.hint_category, HintCategory::kApplication);
+  for (Response r : u[0].incident.responses) {
+    EXPECT_NE(r, Response::kCordonNode);
+  }
+}
+
+// A node implicated in faults of three jobs within the window is one
+// lemon_node P2 (job ""), naming its history; it resolves once the window
+// has moved past them.
+TEST(LifecycleTest, RepeatOffenderAcrossJobs) {
+  IncidentEngine e;
+  std::vector<IncidentUpdate> all;
+  for (int i = 0; i < 3; ++i) {
+    const std::string job = "job" + std::to_string(i);
+    const double ts = 1000 + i * 86400.0;
+    Anomaly a = Make(K::kPeerPowerLow, ts, job, "n17", 2);
+    std::vector<IncidentUpdate> u = Feed(e, {a});
+    all.insert(all.end(), u.begin(), u.end());
+    Feed(e, {Cleared(a, ts + 10)});
+    e.Advance(ts + 400);
+  }
+  ASSERT_EQ(all.size(), 4u);  // three faults, then the lemon
+  const Incident& lemon = all.back().incident;
+  EXPECT_EQ(lemon.kind, "lemon_node");
+  EXPECT_EQ(lemon.severity, Severity::kP2);
+  EXPECT_EQ(lemon.job, "");
+  EXPECT_EQ(lemon.node, "n17");
+  EXPECT_EQ(lemon.gpu, 2);
+  EXPECT_NE(lemon.evidence[0].anomaly.detail.find("3 incidents in 3 jobs"),
+            std::string::npos)
+      << lemon.evidence[0].anomaly.detail;
+  EXPECT_NE(lemon.hint.find("drain"), std::string::npos) << lemon.hint;
+  // Faults on other nodes, or two jobs only, make no lemon.
+  IncidentEngine other;
+  for (int i = 0; i < 3; ++i) {
+    Feed(other, {Make(K::kPeerPowerLow, 1000 + i * 100.0, "job" + std::to_string(i % 2),
+                     "n" + std::to_string(i), 0)});
+  }
+  for (const Incident& inc : other.Incidents()) {
+    EXPECT_NE(inc.kind, "lemon_node");
+  }
+  // A week after the last fault the lemon's window is empty: it resolves.
+  std::vector<IncidentUpdate> u = e.Advance(1000 + 2 * 86400.0 + 7 * 86400.0);
+  u = e.Advance(1000 + 2 * 86400.0 + 7 * 86400.0 + 400);
+  bool resolved = false;
+  for (const Incident& inc : e.Incidents()) {
+    if (inc.kind == "lemon_node") resolved = inc.state == IncidentState::kResolved;
+  }
+  EXPECT_TRUE(resolved);
+}
+
+// GPU-hours at risk: the same P2 on a big job that has not saved for 3 h
+// becomes P1, with the figure as evidence; on an 8-GPU job it does not.
+class FakeContext : public JobContextSource {
+ public:
+  std::optional<JobContext> Context(std::string_view job) const override {
+    JobContext c;
+    c.gpus = job == "big" ? 1024 : 8;
+    c.nodes = c.gpus / 8;
+    c.run_start_ts = 0;
+    c.last_checkpoint_ts = 1000;
+    return c;
+  }
+};
+
+TEST(LifecycleTest, GpuHoursAtRiskRaisesP2ToP1) {
+  IncidentEngine e;
+  FakeContext ctx;
+  e.set_context_source(&ctx);
+  const double t0 = 1000 + 3 * 3600;
+  Feed(e, {Make(K::kFragmentation, t0, "big", "n1", 0),
+          Make(K::kFragmentation, t0, "small", "n2", 0)});
+  std::vector<IncidentUpdate> u = e.Advance(t0 + 61);
+  ASSERT_EQ(u.size(), 1u);
+  const Incident& inc = u[0].incident;
+  EXPECT_EQ(u[0].type, UpdateType::kSeverityRaised);
+  EXPECT_EQ(inc.job, "big");
+  EXPECT_EQ(inc.severity, Severity::kP1);
+  EXPECT_EQ(inc.kind, "gpu_memory_fragmentation");  // still named for its cause
+  EXPECT_EQ(inc.severity_history.back().rule, "gpu_hours_at_risk");
+  const Anomaly& risk = inc.evidence.back().anomaly;
+  EXPECT_EQ(risk.kind, K::kGpuHoursAtRisk);
+  EXPECT_GE(risk.value, 3000);
+  EXPECT_NE(risk.detail.find("1024 GPUs"), std::string::npos) << risk.detail;
+  // Nothing more later: raised once.
+  EXPECT_TRUE(e.Advance(t0 + 3600).empty());
+}
+
+}  // namespace
+}  // namespace vigil
