@@ -94,18 +94,30 @@ Tick CollectRunner::Collect(double ts) {
   std::lock_guard<std::mutex> l(mu_);
   ++stats_.ticks;
   if (tick.job.empty()) tick.job = options_.idle_job;
+  // The node's job changed without a collector saying why: the previous
+  // one ended here as far as this node is concerned.
+  if (!tick.job_end && !last_job_.empty() && last_job_ != options_.idle_job &&
+      tick.job != last_job_) {
+    tick.job_end = Tick::JobEnd{last_job_, last_step_, "job_changed"};
+  }
   last_job_ = tick.job;
   last_step_ = tick.step;
   return tick;
 }
 
 absl::Status CollectRunner::Send(Tick tick) {
-  if (tick.samples.empty()) return absl::OkStatus();
+  if (tick.samples.empty() && !tick.job_end) return absl::OkStatus();
   std::lock_guard<std::mutex> send_lock(send_mu_);
   v1::Frame frame;
   frame.set_job(std::move(tick.job));
   if (tick.step.has_value()) frame.set_step(*tick.step);
   frame.set_ts(tick.ts);
+  if (tick.job_end) {
+    v1::JobEnd* end = frame.mutable_job_end();
+    end->set_job(tick.job_end->job);
+    if (tick.job_end->step) end->set_step(*tick.job_end->step);
+    end->set_reason(tick.job_end->reason);
+  }
   frame.mutable_series_ids()->Reserve(tick.samples.size());
   frame.mutable_values()->Reserve(tick.samples.size());
   uint64_t refused = 0;
@@ -128,7 +140,9 @@ absl::Status CollectRunner::Send(Tick tick) {
     frame.add_values(s.value);
   }
   size_t series = ids_.size();
-  if (frame.series_ids_size() == 0) return absl::OkStatus();
+  if (frame.series_ids_size() == 0 && !frame.has_job_end()) {
+    return absl::OkStatus();
+  }
   std::vector<v1::Frame> frames;
   frames.push_back(std::move(frame));
   absl::StatusOr<uint64_t> seq = client_->Enqueue(std::move(frames));

@@ -35,6 +35,14 @@ struct Tick {
   // no collector does.
   std::string job;
   std::optional<int64_t> step;
+  // Set on the first tick after a job ended on this node (its ranks left,
+  // or the node's job changed): which job, its last step, why.
+  struct JobEnd {
+    std::string job;
+    std::optional<int64_t> step;
+    std::string reason;
+  };
+  std::optional<JobEnd> job_end;
 
   // Appends `metric` with `labels` (any order) and `value`.
   void Add(std::string metric, std::vector<Label> labels, double value) {

@@ -27,6 +27,7 @@ constexpr size_t kRanksPerConnection = 4;
 TrainingRanksOptions RanksOptions(const TrainingCollectorOptions& o) {
   TrainingRanksOptions r;
   r.staleness_seconds = o.staleness_seconds;
+  r.disconnect_grace_seconds = o.disconnect_grace_seconds;
   r.default_job = o.default_job;
   r.max_ranks = kRanksPerConnection * std::max(o.max_connections, 1);
   return r;
@@ -181,6 +182,12 @@ void TrainingCollector::Serve() {
       if (fds[i].revents == 0) continue;
       auto it = connections_.find(fds[i].fd);
       if (Read(it->second)) continue;
+      if (it->second.hello.has_value()) {
+        // A rank that closes its connection and does not come back has
+        // exited (TrainingRanksOptions::disconnect_grace_seconds).
+        std::lock_guard<std::mutex> lock(mu_);
+        ranks_.Disconnected(*it->second.hello, clock_->Now());
+      }
       close(it->first);
       connections_.erase(it);
       closed = true;

@@ -24,7 +24,9 @@
 //     rank; summed over ranks that share a GPU.
 // A metric no rank sent is left out. Like a real job's readings, the
 // values repeat every tick until a newer step arrives or the ranks go
-// stale. A step whose loss is not finite is also delivered at once to the
+// stale - or exit: a rank that closes its connection and does not come back
+// within disconnect_grace_seconds is gone, and when a job has no rank left
+// the next tick carries its end (Tick::job_end) and the node's idle job. A step whose loss is not finite is also delivered at once to the
 // EventSink (once per step), so a single NaN between two ticks is not lost.
 #ifndef VIGIL_AGENT_TRAINING_ENDPOINT_H_
 #define VIGIL_AGENT_TRAINING_ENDPOINT_H_
@@ -70,6 +72,10 @@ struct TrainingCollectorOptions {
   size_t max_line_bytes = 64 * 1024;
   // A rank whose last message is older than this stops counting.
   double staleness_seconds = 300;
+  // A rank whose connections all closed stops counting after this long
+  // (when it has not reconnected): its process exited, its job ended on
+  // this node, and the next frame says so (Tick::job_end).
+  double disconnect_grace_seconds = 5;
   // The job of ranks whose hello names none; empty leaves Tick::job unset.
   std::string default_job;
   // Time of receipt and of staleness. Not owned; null means RealClock().

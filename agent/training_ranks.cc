@@ -67,8 +67,13 @@ absl::Status TrainingRanks::Apply(const TrainingMessage& message, double now,
   if (const auto* h = std::get_if<HelloMessage>(&message)) {
     HelloMessage named = *h;
     if (named.job.empty()) named.job = options_.default_job;
-    if (Touch(named, now) == nullptr)
+    Rank* rank = Touch(named, now);
+    if (rank == nullptr)
       return absl::ResourceExhaustedError("too many ranks on this node");
+    // The connection now stands for this rank (and no longer for the one
+    // an earlier hello named).
+    ++rank->connections;
+    if (hello->has_value()) Disconnected(**hello, now);
     *hello = std::move(named);
     return absl::OkStatus();
   }
@@ -109,9 +114,23 @@ absl::Status TrainingRanks::Apply(const TrainingMessage& message, double now,
   return absl::OkStatus();
 }
 
+void TrainingRanks::Disconnected(const HelloMessage& hello, double now) {
+  auto it = ranks_.find(RankKey{hello.job, hello.rank});
+  if (it == ranks_.end() || it->second.connections <= 0) return;
+  if (--it->second.connections == 0) it->second.disconnected_at = now;
+}
+
 void TrainingRanks::DropStale(double now) {
   std::erase_if(ranks_, [&](const auto& entry) {
-    return now - entry.second.last_heard > options_.staleness_seconds;
+    const Rank& r = entry.second;
+    const bool exited =
+        r.connections == 0 && r.disconnected_at > 0 &&
+        now - r.disconnected_at > options_.disconnect_grace_seconds;
+    const bool stale = now - r.last_heard > options_.staleness_seconds;
+    if (exited || stale) {
+      last_drop_reason_ = exited ? "ranks_exited" : "ranks_stale";
+    }
+    return exited || stale;
   });
 }
 
@@ -125,10 +144,29 @@ void TrainingRanks::Collect(double now, Tick* tick) {
       job = &key.first;
     }
   }
+  const auto end_reported = [&](const std::string* now_job) {
+    // The job reported last time has no live rank any more: it ended here.
+    const bool gone =
+        !reported_job_.empty() &&
+        (now_job == nullptr || *now_job != reported_job_) &&
+        std::none_of(ranks_.begin(), ranks_.end(), [&](const auto& e) {
+          return e.first.first == reported_job_;
+        });
+    if (gone) {
+      tick->job_end = Tick::JobEnd{reported_job_, reported_step_,
+                                   last_drop_reason_.empty()
+                                       ? std::string("ranks_exited")
+                                       : last_drop_reason_};
+    }
+    reported_job_ = now_job != nullptr ? *now_job : std::string();
+    reported_step_.reset();
+  };
   if (job == nullptr) {
+    end_reported(nullptr);
     if (!options_.default_job.empty()) tick->job = options_.default_job;
     return;
   }
+  end_reported(job);
   if (!job->empty()) tick->job = *job;
 
   Fold loss(Fold::kMean), grad_norm(Fold::kMean), mfu(Fold::kMean),
@@ -159,6 +197,7 @@ void TrainingRanks::Collect(double now, Tick* tick) {
     t.allocated.Add(s.torch_allocated_bytes);
     t.retries.Add(s.torch_alloc_retries_total);
   }
+  reported_step_ = tick->step;
   loss.Emit(tick, "train_loss");
   grad_norm.Emit(tick, "train_grad_norm");
   tokens.Emit(tick, "train_tokens_per_second");

@@ -27,6 +27,11 @@ struct TrainingRanksOptions {
   // Ranks kept at most; a hello for one more is refused until some go
   // stale.
   size_t max_ranks = 2048;
+  // A rank whose every connection closed and that has not reconnected
+  // within this long has exited: it stops counting at once rather than
+  // after staleness_seconds, so a finished job is reported ended (not
+  // stuck at its last step, which looks like a hang).
+  double disconnect_grace_seconds = 5;
 };
 
 // Ranks by (job, rank), so that a rank that reconnects carries on. Not
@@ -46,15 +51,24 @@ class TrainingRanks {
                      std::optional<HelloMessage>* hello,
                      std::optional<Tick>* event);
 
-  // Forgets ranks stale at `now`, then appends the aggregated readings of
+  // A connection whose hello named `hello` closed at `now`.
+  void Disconnected(const HelloMessage& hello, double now);
+
+  // Forgets ranks stale at `now` (or gone: disconnect_grace_seconds after
+  // their last connection closed), then appends the aggregated readings of
   // the live ranks of the most recently heard job to `tick` and sets
   // tick->job and tick->step (job: default_job when no rank is live).
+  // When the job of the previous Collect has no live rank any more, sets
+  // tick->job_end to it, its last step and why ("ranks_exited": they
+  // closed their connections; "ranks_stale": they fell silent).
   void Collect(double now, Tick* tick);
 
  private:
   struct Rank {
     std::string gpu;  // label value of its torch_* series
     double last_heard = 0;
+    int connections = 0;        // open connections whose hello named it
+    double disconnected_at = 0;  // when the last of them closed
     std::optional<StepMessage> step;  // its latest
     bool phase_seen = false;
     bool checkpoint = false;
@@ -71,6 +85,11 @@ class TrainingRanks {
   std::map<RankKey, Rank> ranks_;
   // The last (job, step) whose non-finite loss went out as an event.
   std::optional<std::pair<std::string, int64_t>> last_nan_event_;
+  // The job and step reported by the previous Collect; why its last rank
+  // left, when it did.
+  std::string reported_job_;
+  std::optional<int64_t> reported_step_;
+  std::string last_drop_reason_;
 };
 
 }  // namespace vigil::agent

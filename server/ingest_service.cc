@@ -76,6 +76,11 @@ void NotifyObserver(FrameObserver& observer, const std::string& node,
     view.ts = f.ts();
     view.ids = columns[i].ids;
     view.values = columns[i].values;
+    if (f.has_job_end()) {
+      view.job_end.job = f.job_end().job();
+      if (f.job_end().has_step()) view.job_end.step = f.job_end().step();
+      view.job_end.reason = f.job_end().reason();
+    }
     observer.OnFrame(view);
   }
 }
@@ -375,6 +380,20 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
                         absl::StrCat("bad job name: ", s.message()));
       }
       last_job = &f.job();
+    }
+    if (f.has_job_end()) {
+      const v1::JobEnd& end = f.job_end();
+      if (end.job().empty())
+        return refuse(RejectReason::kBadJob, where, "job_end without a job");
+      if (absl::Status s = ValidateLabelValue("job", end.job()); !s.ok())
+        return refuse(RejectReason::kBadJob, where,
+                      absl::StrCat("bad job_end job name: ", s.message()));
+      if (!end.reason().empty()) {
+        if (absl::Status s = ValidateLabelValue("reason", end.reason());
+            !s.ok())
+          return refuse(RejectReason::kBadJob, where,
+                        absl::StrCat("bad job_end reason: ", s.message()));
+      }
     }
     for (uint32_t local_id : f.series_ids()) {
       uint32_t slot = st.SlotOf(local_id);
