@@ -75,13 +75,21 @@ Json FigureJson(const JobSnapshot& job, JobFigure figure,
   }
   double mean_sum = 0, var_sum = 0;
   int learned = 0, learning = 0;
+  int64_t progress_steps = 0, target_steps = 0;
+  double progress_s = 0, target_s = 0;
+  std::string band;  // the least settled band in use
   for (SeriesId id : job.series[f]) {
     absl::StatusOr<SeriesBaseline> b = detection.Baseline(id);
-    if (!b.ok()) continue;
+    if (!b.ok() || !b->learns) continue;
     if (!b->learned) {
-      if (b->evaluated > 0) ++learning;  // past warm-up, not learned yet
-      continue;
+      ++learning;
+      progress_steps = std::max(progress_steps, b->learn_progress_steps);
+      target_steps = b->learn_target_steps;
+      progress_s = std::max(progress_s, b->learn_progress_seconds);
+      target_s = b->learn_max_seconds;
+      if (b->usable && band != "early") band = b->source;
     }
+    if (!b->usable) continue;
     mean_sum += b->mean;
     var_sum += b->sigma * b->sigma;
     ++learned;
@@ -107,13 +115,25 @@ Json FigureJson(const JobSnapshot& job, JobFigure figure,
       }
     }
   }
-  // "learning": the detector is learning these series (a young job past
-  // its warm-up) and has no baseline for any of them yet; false also for
-  // figures no detector learns (MFU has a fixed threshold).
+  // "learning": the detector is still learning these series (a young or
+  // resumed job); "learning_progress" says how far ("step n of 1000", or
+  // seconds of the time bound, whichever ends it first) and which band is
+  // in use meanwhile ("early": widened, from a short sample; "inherited":
+  // the job's or its family's previous run; null: none yet). False and
+  // null for figures no detector learns (MFU has a fixed threshold).
+  Json progress = nullptr;
+  if (learning > 0) {
+    progress = {{"step", std::min(progress_steps, target_steps)},
+                {"of_steps", target_steps},
+                {"seconds", std::min(progress_s, target_s)},
+                {"of_seconds", target_s},
+                {"band", band.empty() ? Json(nullptr) : Json(band)}};
+  }
   return {{"last", NumberOrNull(last)},
           {"baseline", NumberOrNull(baseline)},
           {"sigma", NumberOrNull(sigma)},
-          {"learning", learned == 0 && learning > 0},
+          {"learning", learning > 0},
+          {"learning_progress", std::move(progress)},
           {"spark", std::move(spark)}};
 }
 
@@ -222,13 +242,27 @@ void HttpApi::InstallUiHandlers() {
                                                "' is not a series id"));
     absl::StatusOr<SeriesBaseline> b = o.detection->Baseline(id);
     if (!b.ok()) return ReplyStatus(res, b.status());
+    // mean/sigma whenever a band is in use (learned, or early/inherited
+    // while learning: "source" says which, k_sigma is then widened).
+    Json progress = nullptr;
+    if (b->learns && !b->learned) {
+      progress = {{"step", std::min(b->learn_progress_steps,
+                                    b->learn_target_steps)},
+                  {"of_steps", b->learn_target_steps},
+                  {"seconds",
+                   std::min(b->learn_progress_seconds, b->learn_max_seconds)},
+                  {"of_seconds", b->learn_max_seconds}};
+    }
     Reply(res, 200, Json{{"series", id},
                          {"learned", b->learned},
-                         {"mean", b->learned ? Json(b->mean) : Json(nullptr)},
-                         {"sigma", b->learned ? Json(b->sigma) : Json(nullptr)},
+                         {"usable", b->usable},
+                         {"source", b->learns ? Json(b->source) : Json(nullptr)},
+                         {"mean", b->usable ? Json(b->mean) : Json(nullptr)},
+                         {"sigma", b->usable ? Json(b->sigma) : Json(nullptr)},
                          {"k_sigma", b->k_sigma},
                          {"rate", b->rate},
-                         {"evaluated", b->evaluated}});
+                         {"evaluated", b->evaluated},
+                         {"learning", std::move(progress)}});
   });
 
   if (o.changes != nullptr) {
@@ -317,6 +351,27 @@ void HttpApi::InstallUiHandlers() {
     const double now = o.clock->Now();
     const FiringCounts open = o.detection->CountFiring();
     const std::map<std::string, bool> cordoned = CordonState(o.escalation);
+    // Repeat offenders ("lemons"): the firing lemon_node incident of a node.
+    std::map<std::string, Json> lemons;
+    IncidentFilter lemon_filter;
+    lemon_filter.state = IncidentState::kFiring;
+    lemon_filter.text = "lemon_node";
+    lemon_filter.limit = 100000;
+    for (const Json& inc : o.detection->ListIncidents(lemon_filter)) {
+      if (inc.value("kind", "") != "lemon_node" || !inc["node"].is_string()) {
+        continue;
+      }
+      std::string history;
+      if (inc.contains("evidence") && inc["evidence"].is_array() &&
+          !inc["evidence"].empty()) {
+        history = inc["evidence"][0].value("detail", "");
+      }
+      lemons[inc["node"].get<std::string>()] = {
+          {"incident", inc["id"]},
+          {"summary", inc.value("summary", "")},
+          {"history", history},
+          {"suggested", "drain"}};
+    }
     Json nodes = Json::array();
     for (const NodeSnapshot& node : o.fleet->Nodes()) {
       int ok = 0, throttled = 0, hot = 0, missing = 0;
@@ -344,6 +399,7 @@ void HttpApi::InstallUiHandlers() {
            {"last_frame_ts", node.last_frame_ts},
            {"age_seconds", std::max(0.0, now - node.last_frame_ts)},
            {"cordoned", cordon != cordoned.end() && cordon->second},
+           {"lemon", lemons.count(node.node) ? lemons[node.node] : Json(nullptr)},
            {"incidents", CountsJson(counts == open.by_node.end()
                                         ? std::array<int, 4>{}
                                         : counts->second)}});

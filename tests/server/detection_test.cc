@@ -152,7 +152,9 @@ TEST(DetectionTest, ListFiltersAndRejectsBadParameters) {
   EXPECT_EQ(missing["error"], "incident 'inc-999999' not found");
 }
 
-TEST(DetectionTest, NodeSilenceIsFoundByTheClockTick) {
+// The tick thread alone (no frames) notices that the job's only node
+// stopped at its step: the job's end, a P3 lifecycle incident, no page.
+TEST(DetectionTest, JobEndIsFoundByTheClockTick) {
   TestServer t;
   {
     Agent agent(t, "n1");
@@ -165,9 +167,29 @@ TEST(DetectionTest, NodeSilenceIsFoundByTheClockTick) {
   Json incidents;
   for (int i = 0; i < 1000 && incidents.empty(); ++i) {
     incidents =
-        GetJson(t.server.http_port(), "/api/v1/incidents?severity=P0")["incidents"];
+        GetJson(t.server.http_port(), "/api/v1/incidents?state=all")["incidents"];
     if (incidents.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  ASSERT_EQ(incidents.size(), 1u);
+  EXPECT_EQ(incidents[0]["kind"], "job_ended");
+  EXPECT_EQ(incidents[0]["severity"], "P3");
+}
+
+// A node that stops while its peer goes on is a P0 on that node.
+TEST(DetectionTest, NodeSilenceInARunningJobIsP0) {
+  TestServer t;
+  Agent n1(t, "n1");
+  Agent n2(t, "n2");
+  for (int i = 0; i < 10; ++i) {
+    n1.Send(0, 2.5);
+    n2.Send(0, 2.5);
+  }
+  for (int i = 0; i < 40; ++i) n2.Send(0, 2.5);
+  n1.Sync();
+  n2.Sync();
+  t.server.detection()->AdvanceTime(t.clock.Now());
+  Json incidents =
+      GetJson(t.server.http_port(), "/api/v1/incidents?severity=P0")["incidents"];
   ASSERT_EQ(incidents.size(), 1u);
   EXPECT_EQ(incidents[0]["kind"], "node_down");
   EXPECT_EQ(incidents[0]["node"], "n1");
@@ -194,7 +216,8 @@ TEST(DetectionTest, BackfilledFramesDoNotLookSilent) {
   detection.AdvanceTime(now + 60);
   Json list = GetJson(t.server.http_port(), "/api/v1/incidents");
   ASSERT_EQ(list["incidents"].size(), 1u);
-  EXPECT_EQ(list["incidents"][0]["kind"], "node_down");
+  // Its frames carry no step: a node without a training job, a ticket.
+  EXPECT_EQ(list["incidents"][0]["kind"], "idle_node_down");
 }
 
 TEST(DetectionTest, DisabledDetectionRaisesNothing) {

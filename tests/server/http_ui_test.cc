@@ -422,10 +422,13 @@ TEST(HttpUiTest, NodesAndJobsFromFrames) {
   EXPECT_DOUBLE_EQ(m["step_rate"]["last"].get<double>(), 1.0);
   ASSERT_EQ(m["tokens_per_second"]["spark"].size(), 1u);
   EXPECT_EQ(m["tokens_per_second"]["spark"][0][0], kT0);
-  // Six steps are in the job's warm-up: no baseline, nothing learned yet.
+  // Six steps are in the job's warm-up: no baseline yet, learning.
   EXPECT_TRUE(m["tokens_per_second"]["baseline"].is_null());
   EXPECT_TRUE(m["step_rate"]["sigma"].is_null());
-  EXPECT_EQ(m["tokens_per_second"]["learning"], false);
+  EXPECT_EQ(m["tokens_per_second"]["learning"], true);
+  EXPECT_EQ(m["tokens_per_second"]["learning_progress"]["step"], 0);
+  EXPECT_EQ(m["tokens_per_second"]["learning_progress"]["of_steps"], 1000);
+  EXPECT_TRUE(m["tokens_per_second"]["learning_progress"]["band"].is_null());
 
   Json detail = GetJson(port, "/api/v1/jobs/llm");
   EXPECT_EQ(detail["job"], "llm");
@@ -499,6 +502,7 @@ TEST(HttpUiTest, SilentJobWithoutIncidents) {
 TEST(HttpUiTest, JobFiguresCarryTheLearnedBaselines) {
   ServerOptions options = UiOptions();
   options.detector.baseline.learn_steps = 5;
+  options.detector.lifecycle.rewarm_s = 0;
   TestServer t(options);
   const int port = t.server.http_port();
   NodeAgent n1(t, "n1");
@@ -520,7 +524,12 @@ TEST(HttpUiTest, JobFiguresCarryTheLearnedBaselines) {
   EXPECT_TRUE(young["tokens_per_second"]["baseline"].is_null());
   EXPECT_EQ(young["tokens_per_second"]["learning"], true);
   EXPECT_EQ(young["step_rate"]["learning"], true);
+  // "learning baseline (step n of N)": the steps learned so far.
+  EXPECT_EQ(young["step_rate"]["learning_progress"]["of_steps"], 5);
+  EXPECT_GE(young["step_rate"]["learning_progress"]["step"].get<int>(), 1);
+  EXPECT_LE(young["step_rate"]["learning_progress"]["step"].get<int>(), 5);
   EXPECT_EQ(young["mfu"]["learning"], false);  // a fixed threshold, never learned
+  EXPECT_TRUE(young["mfu"]["learning_progress"].is_null());
 
   send(10, 60);
   const Json m = GetJson(port, "/api/v1/jobs")["jobs"][0]["metrics"];
@@ -530,6 +539,7 @@ TEST(HttpUiTest, JobFiguresCarryTheLearnedBaselines) {
   EXPECT_EQ(m["tokens_per_second"]["learning"], false);
   EXPECT_NEAR(m["step_rate"]["baseline"].get<double>(), 2.0, 0.05);
   EXPECT_EQ(m["step_rate"]["learning"], false);
+  EXPECT_TRUE(m["step_rate"]["learning_progress"].is_null());
 }
 
 TEST(HttpUiTest, BaselineOfASeries) {

@@ -55,11 +55,18 @@ function fetchPoints(id, { from, to }) {
   return api(`/api/v1/query?series=${id}&from=${from}&to=${to}&step=${step}`);
 }
 
-// The learned baseline of series `id`, else the evidence's own numbers.
+// The detector's current band of series `id` (learned, or while it learns
+// an early or inherited one, its k widened), else the evidence's own.
 async function baselineFor(id, ev) {
   try {
     const b = await api(`/api/v1/baseline?series=${id}`);
-    if (b.learned !== false) return { mean: b.mean, sigma: b.sigma, k: num(b.k_sigma) || 3, source: 'learned baseline' };
+    const usable = b.usable ?? b.learned;
+    if (usable) {
+      const source = b.learned ? 'learned baseline'
+        : b.source === 'inherited' ? 'baseline of the previous run (still learning)'
+          : `early baseline, widened (learning: step ${b.learning?.step ?? '?'} of ${b.learning?.of_steps ?? '?'})`;
+      return { mean: b.mean, sigma: b.sigma, k: num(b.k_sigma) || 3, source };
+    }
   } catch (e) {
     if (e.status !== 404) reportError(e, 'charts');
   }

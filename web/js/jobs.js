@@ -6,24 +6,40 @@ import { ago, deviation, esc, fmt, num, signedPct } from './util.js';
 
 export const METRICS = [['step_rate', 'step rate', '/s'], ['tokens_per_second', 'tokens/s', ''], ['mfu', 'MFU', '']];
 
-// The last value of metric M = {last, baseline, sigma, learning} and, when a
-// baseline is known, its deviation ("−12 % vs baseline", class "off" when
-// beyond 3 sigma) with the baseline ± 3 sigma on hover.
+// "learning baseline (step 340 of 1000)" for M.learning_progress =
+// {step, of_steps, seconds, of_seconds, band}: learning ends at the step
+// target or the time bound, whichever comes first.
+export function learningText(p) {
+  if (!p) return 'learning baseline';
+  const bySteps = p.of_steps > 0 ? p.step / p.of_steps : 0;
+  const byTime = p.of_seconds > 0 ? p.seconds / p.of_seconds : 0;
+  const where = byTime > bySteps
+    ? `${Math.round(p.seconds / 60)} of ${Math.round(p.of_seconds / 60)} min`
+    : `step ${p.step} of ${p.of_steps}`;
+  return `learning baseline (${where})`;
+}
+
+// The last value of metric M = {last, baseline, sigma, learning,
+// learning_progress} and, when a baseline is known, its deviation ("−12 %
+// vs baseline", class "off" when beyond 3 sigma) with the baseline ± 3
+// sigma on hover; while the series are learned, how far learning is.
 export function metricHtml(m = {}, unit = '') {
   const base = num(m.baseline), sd = num(m.sigma);
   const d = deviation(m);
   const off = d.off ? ' off' : '';
   const value = `<span class="value${off}">${fmt(m.last)}${unit}</span>`;
+  const learning = m.learning ? learningText(m.learning_progress) : '';
   if (!Number.isFinite(base)) {
-    const why = m.learning ? 'learning baseline' : 'no baseline';
-    const title = m.learning ? ' title="the detector learns each series over the job\'s first steps"' : '';
-    return `${value}<span class="dev muted"${title}>${why}</span>`;
+    const why = m.learning ? learning : 'no baseline';
+    const title = m.learning ? ' title="the detector learns each series over the job\'s first steps (or first hour); until then it uses a wider band from what it has seen, or the previous run\'s"' : '';
+    return `${value}<span class="dev muted" data-learning="${m.learning ? 'true' : 'false'}"${title}>${esc(why)}</span>`;
   }
   if (!Number.isFinite(num(m.last))) return value;
   const band = Number.isFinite(sd) ? ` ± ${fmt(3 * sd)} (3σ)` : '';
   const by = Number.isFinite(d.sigmas) ? `; last value ${fmt(Math.abs(d.sigmas), 2)}σ ${d.sigmas < 0 ? 'below' : 'above'}` : '';
   const text = Number.isFinite(d.pct) ? signedPct(d.pct) : fmt(num(m.last) - base);
-  return `${value}<span class="dev${off}" title="baseline ${fmt(base)}${unit}${band}${by}">${text} vs baseline</span>`;
+  const early = m.learning ? ` <span class="muted" data-learning="true">${esc(learning)}</span>` : '';
+  return `${value}<span class="dev${off}" title="baseline ${fmt(base)}${unit}${band}${by}">${text} vs baseline</span>${early}`;
 }
 
 export function incidentCounts(counts = {}) {

@@ -6,9 +6,10 @@ import { duration, esc, num } from './util.js';
 const STALE_SECONDS = 60;  // no frame for this long: the node is stale
 let filterText = '';
 
-// "cordoned", "stale", "degraded" or "ok".
+// "cordoned", "lemon", "stale", "degraded" or "ok".
 export function nodeState(n) {
   if (n.cordoned) return 'cordoned';
+  if (n.lemon) return 'lemon';
   if (!(num(n.age_seconds) <= STALE_SECONDS)) return 'stale';
   const g = n.gpu_state || {};
   const i = n.incidents || {};
@@ -27,7 +28,10 @@ function tileHtml(n) {
     `<div class="muted">${esc(n.job || 'no job')}</div>` +
     `<div>GPUs ${esc(g.ok ?? 0)}/${esc(n.gpus ?? 0)} ok${gpuParts.length ? ` · ${esc(gpuParts.join(', '))}` : ''}</div>` +
     `<div>frame <span data-field="age">${Number.isFinite(num(n.age_seconds)) ? `${duration(num(n.age_seconds))} ago` : 'never'}</span>` +
-    `${n.cordoned ? ' · <b>cordoned</b>' : ''}</div>${open.length ? `<div>${open.join(' ')}</div>` : ''}</div>`;
+    `${n.cordoned ? ' · <b>cordoned</b>' : ''}</div>${open.length ? `<div>${open.join(' ')}</div>` : ''}` +
+    (n.lemon ? `<div class="lemon" data-field="lemon" title="${esc(n.lemon.history)}">repeat offender: ` +
+      `<a href="#/incidents/${esc(n.lemon.incident)}">${esc(n.lemon.incident)}</a> · suggested: ${esc(n.lemon.suggested)}</div>` : '') +
+    '</div>';
 }
 
 export function mount(root) {
@@ -60,7 +64,7 @@ export function mount(root) {
   async function refresh() {
     const data = await api('/api/v1/nodes');
     clearError('page');
-    const rank = { stale: 0, degraded: 1, cordoned: 2, ok: 3 };
+    const rank = { lemon: 0, stale: 1, degraded: 2, cordoned: 3, ok: 4 };
     nodes = (data.nodes || []).slice().sort((a, b) =>
       rank[nodeState(a)] - rank[nodeState(b)] || a.node.localeCompare(b.node));
     render();

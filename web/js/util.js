@@ -83,9 +83,14 @@ export function refreshAges(root, now = nowSec()) {
   }
 }
 
-// Where an incident or piece of evidence is: "n002 · GPU 5", or "job-wide".
+// Where an incident or piece of evidence is: "n002 · GPU 5", "nodes n003,
+// n004, n005" (several nodes at once), or "job-wide".
 export function where(x) {
   const parts = [];
+  if (!x.node && Array.isArray(x.nodes) && x.nodes.length) {
+    const shown = x.nodes.slice(0, 8).join(', ');
+    parts.push(`nodes ${shown}${x.nodes.length > 8 ? ` and ${x.nodes.length - 8} more` : ''}`);
+  }
   if (x.node) parts.push(x.node);
   if (x.gpu != null) parts.push(`GPU ${x.gpu}`);
   if (x.dev) parts.push(x.dev);
