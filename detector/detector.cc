@@ -189,6 +189,10 @@ absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
     m.keys.push_back(key);
   }
   m.dense_of_id[id] = dense;
+  if (auto it = m.pending_series.find(id); it != m.pending_series.end()) {
+    m.ApplySeries(dense, it->second);
+    m.pending_series.erase(it);
+  }
   return absl::OkStatus();
 }
 
@@ -207,6 +211,13 @@ uint32_t Detector::Impl::NodeFor(std::string_view job_name,
     }
     JobState& j = jobs[idx];
     j.name = std::string(job_name);
+    if (auto it = pending_jobs.find(j.name); it != pending_jobs.end()) {
+      // A run in progress when the snapshot was taken.
+      j.run_start_ts = it->second.run_start_ts;
+      j.last_checkpoint_ts = it->second.last_checkpoint_ts;
+      j.longest_stall_s = it->second.longest_stall_s;
+      pending_jobs.erase(it);
+    }
     std::smatch match;
     if (family_re && std::regex_match(j.name, match, *family_re) &&
         match.size() > 1 && match[1].length() > 0) {
@@ -266,7 +277,30 @@ void Detector::Impl::Activate(uint32_t idx, const FrameView& frame) {
   }
   if (n.retired) {
     n.retired = false;
-    StartRun(n, j, frame);
+    auto it = n.frames == 0
+                  ? pending_runs.find(absl::StrCat(
+                        j.name, absl::string_view("\0", 1), n.name))
+                  : pending_runs.end();
+    if (it == pending_runs.end()) {
+      StartRun(n, j, frame);
+      return;
+    }
+    // A run that was in progress when the snapshot was taken (the server
+    // restarted): it goes on, it does not start again.
+    const PendingRun& run = it->second;
+    n.run_start_ts = run.run_start_ts;
+    n.run_start_step = run.run_start_step;
+    n.rewarm = run.rewarm;
+    n.interval = run.interval;
+    n.busy = run.busy;
+    n.busy_frames = run.busy_frames;
+    pending_runs.erase(it);
+    if (std::isnan(j.run_start_ts)) j.run_start_ts = n.run_start_ts;
+    int live = 0;
+    for (uint32_t p : j.nodes) {
+      live += nodes[p].retired || nodes[p].ended ? 0 : 1;
+    }
+    j.peak_nodes = std::max(j.peak_nodes, live);
   }
 }
 
@@ -296,6 +330,12 @@ void Detector::Impl::StartRun(NodeState& n, JobState& j,
     GpuState& gs = gpus[g];
     gs.mem_fit = EwLineFit();
     gs.mem_fit_start = kNaN;
+  }
+  // The node's counters moved on while it ran other jobs: the first frame
+  // of this run is their new starting point, not an increase.
+  for (uint32_t d : n.series) {
+    series[d].prev_raw = kNaN;
+    series[d].prev_ts = kNaN;
   }
   int live = 0;
   for (uint32_t p : j.nodes) live += nodes[p].retired || nodes[p].ended ? 0 : 1;
@@ -523,6 +563,7 @@ void Detector::Impl::UpdatePhase(NodeState& n, JobState& j) {
     if (ts - n.run_start_ts >= lo.rewarm_s && steps_done) n.rewarm = false;
   }
   n.transient = false;
+  n.power_shift = kNaN;
   if (!scratch.empty()) {
     const double med = detector_internal::MedianInPlace(scratch);
     if (std::isfinite(n.prev_median_power)) {
@@ -531,6 +572,7 @@ void Detector::Impl::UpdatePhase(NodeState& n, JobState& j) {
                                : std::max(med, n.prev_median_power);
       n.transient =
           std::fabs(med - n.prev_median_power) > po.transient_fraction * scale;
+      n.power_shift = med - n.prev_median_power;
     }
     n.prev_median_power = med;
     const bool ready = n.busy_frames >= po.min_busy_frames;
@@ -539,7 +581,8 @@ void Detector::Impl::UpdatePhase(NodeState& n, JobState& j) {
     if (dip && !n.in_dip) {
       n.dip_start_ts = ts;
       n.in_dip = true;
-      RecordDip(n, j);
+      // A dip the node reports as a checkpoint or an eval is not a stall.
+      if (!phase_benign) RecordDip(n, j);
       // A job-wide dip is its checkpoint (or eval) when it reports no
       // phases: the work saved up to here is safe.
       if (n.phase < 0) j.last_checkpoint_ts = ts;
@@ -659,7 +702,11 @@ void Detector::Impl::RedLines(SeriesState& s, uint32_t dense, double x) {
     // fp16: GradScaler's scale search overflows during warm-up and now
     // and then later; only a long run of non-finite norms is a red line.
     const NodeState& n = nodes[s.node];
-    s.nonfinite_run = std::isfinite(x) ? 0 : s.nonfinite_run + 1;
+    // Count steps, not frames: one overflowing step repeats in every frame
+    // until the next step (a checkpoint can hold it for a minute).
+    if (!step || n.step_moved) {
+      s.nonfinite_run = std::isfinite(x) ? 0 : s.nonfinite_run + 1;
+    }
     hit = n.fp16 ? !n.warmup && s.nonfinite_run >= ro.grad_nonfinite_fp16_steps
                  : s.nonfinite_run >= 1;
   } else if (metric == Metric::kGpuRemappedRowsPending) {

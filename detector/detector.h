@@ -151,6 +151,18 @@ class Detector {
   // The current run of `job`; nullopt for an unknown job.
   std::optional<JobContext> Context(std::string_view job) const;
 
+  // Writes what the detector has learned (baselines, the samples of those
+  // still learning, job and family profiles, runs in progress) to `out`
+  // (binary, versioned; detector/detector_state.cc). Never fails today.
+  absl::Status SaveState(std::string* out) const;
+
+  // Takes back a SaveState snapshot: a series registered later (or now)
+  // under the same id and key starts from its saved baseline, a run that
+  // reports again continues without re-warming. kDataLoss for a corrupt
+  // or truncated snapshot, kFailedPrecondition for another format version;
+  // nothing is changed then.
+  absl::Status RestoreState(std::string_view data);
+
   // What has been consumed so far.
   DetectorStats stats() const;
 

@@ -93,9 +93,22 @@ void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
     RecomputePeers(j);
   }
   if (!comparable) return;
+  // NVLink joins the GPUs of one node: a GPU is compared with the others of
+  // its own frame, which saw the same part of the same steps (a job-wide
+  // median a round old would see each tick's share of backward passes).
+  scratch.clear();
+  for (uint32_t gi : n.gpus) {
+    const GpuState& g = gpus[gi];
+    if (g.seen_frame == n.frames && g.peer_ok) {
+      const double v = NvlinkRate(g);
+      if (std::isfinite(v)) scratch.push_back(v);
+    }
+  }
+  const int node_nvlink_peers = static_cast<int>(scratch.size());
+  const double node_nvlink = detector_internal::MedianInPlace(scratch);
   for (uint32_t gi : n.gpus) {
     if (gpus[gi].seen_frame == n.frames && gpus[gi].peer_ok) {
-      CheckPeers(gpus[gi], j, gi);
+      CheckPeers(gpus[gi], j, gi, node_nvlink, node_nvlink_peers);
     }
   }
 }
@@ -137,7 +150,16 @@ struct PeerCheck {
   double raise;
   double calm;
   double margin;
+  // Also judge the fall from the GPU's own usual residual: a card that
+  // normally draws 12 W above the median and loses 55 W is a fault though
+  // it ends 43 W below; one that always sits 25 W below is not.
+  bool own_normal = false;
 };
+
+// Samples before a GPU's usual residual counts, and the most it averages
+// over (an EWMA), so it follows slow drift but not a fault.
+constexpr int kNormalMin = 30;
+constexpr int kNormalWindow = 360;
 
 // Observes `c` on `t`; returns the edge and sets `judged` to the residual
 // judged (the instant one, or its average in a noisy job). `noise` is the
@@ -167,25 +189,50 @@ Sustain::Edge ObservePeer(const PeerCheck& c, PeerTrack& t, double* noise,
   ++t.samples;
   SustainOptions so = po.sustain;
   double value = c.residual;
+  bool valid = true;
   if (window > po.sustain.window) {
     // A noisy job: judge the average over enough samples, once it has
     // them, and clear only after as long a calm.
-    value = t.samples >= window ? t.average : c.calm;
+    valid = t.samples >= window;
+    value = valid ? t.average : c.calm;
     so.clear = std::max(so.clear, window);
   }
   *judged = value;
-  return t.sustain.Observe(value <= c.raise, value > c.calm, so);
+  bool beyond = value <= c.raise, calm = value > c.calm;
+  if (c.own_normal && valid) {
+    if (t.normal_samples >= kNormalMin) {
+      const double fall = value - t.normal;
+      beyond = beyond || (fall <= c.raise && value <= c.calm);
+      calm = calm && fall > c.calm;
+    }
+    if (!t.sustain.raised() &&
+        (t.normal_samples < kNormalMin ||
+         std::fabs(value - t.normal) < c.margin)) {
+      const int n = std::min(++t.normal_samples, kNormalWindow);
+      t.normal = std::isnan(t.normal) ? value
+                                      : t.normal + (value - t.normal) / n;
+    }
+  }
+  return t.sustain.Observe(beyond, calm, so);
 }
 
 }  // namespace
 
-void Detector::Impl::CheckPeers(GpuState& g, JobState& j, uint32_t gi) {
+void Detector::Impl::CheckPeers(GpuState& g, JobState& j, uint32_t gi,
+                                double node_nvlink, int node_nvlink_peers) {
   const PeerOptions& po = opt.peer;
   const uint32_t node = g.node;
   if (j.n_power >= po.min_peers && j.med_power >= po.min_median_watts &&
       std::isfinite(g.power)) {
-    const PeerCheck c{g.power - j.med_power, -po.power_below_watts,
-                      -po.power_clear_watts, po.power_margin_watts};
+    // The peer median is up to a round old: move it by how much this
+    // node's own median moved since (a job-wide ramp is common to all; one
+    // GPU's fault moves a median of eight by nothing, a node-wide fault
+    // shows from the next frame on).
+    const double shift =
+        std::isfinite(nodes[node].power_shift) ? nodes[node].power_shift : 0;
+    const PeerCheck c{g.power - (j.med_power + shift), -po.power_below_watts,
+                      -po.power_clear_watts, po.power_margin_watts,
+                      /*own_normal=*/true};
     double judged;
     const Sustain::Edge e =
         ObservePeer(c, g.power_peer, &j.noise_power, po, &judged);
@@ -198,6 +245,10 @@ void Detector::Impl::CheckPeers(GpuState& g, JobState& j, uint32_t gi) {
       a.score = below;
       a.detail = absl::StrCat(static_cast<int64_t>(below),
                               " W below the median of ", j.n_power, " GPUs");
+      if (g.power_peer.normal_samples >= kNormalMin) {
+        absl::StrAppend(&a.detail, ", usually ",
+                        static_cast<int64_t>(g.power_peer.normal), " W");
+      }
     }
   }
   if (j.n_clock >= po.min_peers && j.med_clock > 0 && std::isfinite(g.clock)) {
@@ -220,9 +271,12 @@ void Detector::Impl::CheckPeers(GpuState& g, JobState& j, uint32_t gi) {
     }
   }
   const double rate = NvlinkRate(g);
-  if (j.n_nvlink >= po.min_peers && j.med_nvlink >= po.nvlink_min_median &&
+  const bool local = node_nvlink_peers > po.min_peers;
+  const double med_nvlink = local ? node_nvlink : j.med_nvlink;
+  const int n_nvlink = local ? node_nvlink_peers : j.n_nvlink;
+  if (n_nvlink >= po.min_peers && med_nvlink >= po.nvlink_min_median &&
       std::isfinite(rate)) {
-    const double ratio = rate / j.med_nvlink;
+    const double ratio = rate / med_nvlink;
     const PeerCheck c{ratio - 1, po.nvlink_low_fraction - 1,
                       po.nvlink_clear_fraction - 1, po.nvlink_margin};
     double judged;
@@ -232,7 +286,7 @@ void Detector::Impl::CheckPeers(GpuState& g, JobState& j, uint32_t gi) {
       Anomaly& a = Emit(AnomalyKind::kNvlinkTrafficLow,
                         e == Sustain::Edge::kCleared, node, gi, kNone, rate);
       a.metric = "gpu_nvlink_tx_bytes_total";
-      a.baseline_mean = j.med_nvlink;
+      a.baseline_mean = med_nvlink;
       a.score = -judged;
     }
   }
@@ -328,7 +382,8 @@ void Detector::Impl::RecordDip(NodeState& n, JobState& j) {
     const int a = (n.dips - 1 - i) % kHistory, b = (n.dips - 2 - i) % kHistory;
     const double d = steps ? static_cast<double>(n.dip_step[a] - n.dip_step[b])
                            : n.dip_ts[a] - n.dip_ts[b];
-    short_enough = short_enough && d > 0 && d <= max_period;
+    short_enough = short_enough && d > 0 && d <= max_period &&
+                   n.dip_ts[a] - n.dip_ts[b] <= to.stall_max_period_s;
     sum += d;
     sum2 += d * d;
     sum_s += n.dip_ts[a] - n.dip_ts[b];

@@ -123,6 +123,10 @@ struct XidCondition {
 struct PeerTrack {
   double last = kNaN;     // the previous residual
   double average = kNaN;  // EWMA of the residual
+  // The GPU's usual residual (its offset among its peers), learned on calm
+  // samples; a fall of the threshold from it is a fault too.
+  double normal = kNaN;
+  int32_t normal_samples = 0;
   int32_t samples = 0;
   Sustain sustain;
 };
@@ -186,6 +190,9 @@ struct NodeState {
   // level (a ramp).
   double prev_median_power = kNaN;
   bool transient = false;
+  // This frame's median power minus the previous one's: the job-wide drift
+  // since the peer median was taken, as this node saw it.
+  double power_shift = kNaN;
   int grace = 0;
   bool warmup = false;
   bool benign = false;
@@ -304,8 +311,12 @@ struct Detector::Impl {
   void CheckGpus(detector_internal::NodeState& n,
                  detector_internal::JobState& j, uint32_t node);
   void RecomputePeers(detector_internal::JobState& j);
+  // Compares GPU `gpu` with its peers: power and clock with the job's
+  // medians, NVLink traffic with `node_nvlink`, the median of its node's
+  // frame over `node_nvlink_peers` GPUs (the job's with too few).
   void CheckPeers(detector_internal::GpuState& g,
-                  detector_internal::JobState& j, uint32_t gpu);
+                  detector_internal::JobState& j, uint32_t gpu,
+                  double node_nvlink, int node_nvlink_peers);
   void CheckOom(detector_internal::GpuState& g, uint32_t gpu);
   void CheckFragmentation(detector_internal::GpuState& g, uint32_t gpu);
   void RecordDip(detector_internal::NodeState& n,
@@ -314,6 +325,25 @@ struct Detector::Impl {
   // the others (returned in `peer_median`); kNone when none does.
   uint32_t StallCulprit(const detector_internal::JobState& j,
                         double* peer_median);
+
+  // detector_state.cc: the state of series `dense` from a snapshot's
+  // record; false (nothing changed) when it does not fit its key.
+  bool ApplySeries(uint32_t dense, std::string_view blob);
+  // A run or job of a snapshot, applied when it next reports.
+  struct PendingRun {
+    int64_t step = detector_internal::kNoStep;
+    int64_t run_start_step = detector_internal::kNoStep;
+    double interval = detector_internal::kNaN;
+    double busy = detector_internal::kNaN;
+    double run_start_ts = detector_internal::kNaN;
+    int32_t busy_frames = 0;
+    bool rewarm = false;
+  };
+  struct PendingJob {
+    double run_start_ts = detector_internal::kNaN;
+    double last_checkpoint_ts = detector_internal::kNaN;
+    double longest_stall_s = 0;
+  };
 
   // detector_liveness.cc
   void OnFrameTime(detector_internal::NodeState& n,
@@ -351,6 +381,11 @@ struct Detector::Impl {
   absl::flat_hash_map<std::string, uint32_t> job_by_name;
   absl::flat_hash_map<std::string, uint32_t> node_by_name;  // current pair
   absl::flat_hash_map<std::string, detector_internal::Profile> profiles;
+  // From a restored snapshot, until the series, run or job reports again:
+  // series records by id, runs by "job\0node", jobs by name.
+  absl::flat_hash_map<uint32_t, std::string> pending_series;
+  absl::flat_hash_map<std::string, PendingRun> pending_runs;
+  absl::flat_hash_map<std::string, PendingJob> pending_jobs;
   std::vector<uint32_t> touched;
   std::vector<double> scratch;
   std::vector<uint32_t> scratch_nodes;

@@ -142,9 +142,10 @@ struct PeerOptions {
   double clock_low_fraction = 0.85;
   double clock_clear_fraction = 0.92;
   // NVLink traffic below this fraction of the peer median (pipeline stages
-  // differ by ~2x, a broken link falls to ~0); clear above the second.
-  double nvlink_low_fraction = 0.25;
-  double nvlink_clear_fraction = 0.5;
+  // differ by ~2x, a broken link falls to ~0, a link trained down to fewer
+  // lanes to 20-30 %); clear above the second.
+  double nvlink_low_fraction = 0.35;
+  double nvlink_clear_fraction = 0.55;
   // Medians under this rate (bytes/s, tx+rx) mean no NVLink workload.
   double nvlink_min_median = 1e8;
   // Fewest fresh GPUs in a job for a median to mean anything.
@@ -164,9 +165,9 @@ struct PeerOptions {
   // hundred samples: persistence in proportion to the noise.
   double noise_switch_z = 1.5;
   double noise_z = 6;
-  double power_margin_watts = 25;
+  double power_margin_watts = 20;
   double clock_margin = 0.10;
-  double nvlink_margin = 0.25;
+  double nvlink_margin = 0.15;
   int max_average_samples = 300;
   // NVML clock-event reasons that are faults: 0x08 HW slowdown, 0x20 SW
   // thermal, 0x40 HW thermal, 0x80 HW power brake (0x04 SW power cap is the
@@ -264,12 +265,13 @@ struct TrendOptions {
   SustainOptions frag_sustain = {8, 10, 10};
   // Periodic stall: stall_min_dips consecutive node power dips (see
   // PhaseOptions::dip_fraction) whose spacing is at most stall_max_period
-  // steps (seconds when frames carry no step) and regular (coefficient of
-  // variation of the spacing at most stall_max_cv). Checkpoints every
-  // 100-1000 steps are not "every few steps".
+  // steps and stall_max_period_s seconds and regular (coefficient of
+  // variation of the spacing at most stall_max_cv). Dips a node reports
+  // as checkpoint or eval phases are not counted. Checkpoints every 100-
+  // 1000 steps, or every 30 steps of 45 s, are not "every few seconds".
   int stall_min_dips = 4;
   double stall_max_period_steps = 50;
-  double stall_max_period_s = 60;
+  double stall_max_period_s = 120;
   double stall_max_cv = 0.35;
   // A periodic stall is raised once per job. In synchronous data
   // parallelism every node dips (the others wait at the collective for the

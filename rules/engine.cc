@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 #include "rules/hint.h"
 
 namespace vigil {
@@ -266,6 +267,14 @@ Tracked* IncidentEngine::Impl::GroupTarget(const Anomaly& a, const Rule& rule) {
       rank = 2;  // Take over the symptom it explains.
     }
     if (rank < 0) continue;
+    // An incident of generic baseline fluctuations only (P3 context) does
+    // not capture a real cause: the cause takes over the symptom it
+    // explains, or opens its own incident, rather than hide in a P3.
+    if (rank == 0 && !rule.generic && rule.severity <= Severity::kP2 &&
+        t.primary_rule != nullptr && t.primary_rule->generic &&
+        t.inc.severity > Severity::kP2) {
+      rank = 3;
+    }
     const auto r = std::make_tuple(rank, t.inc.severity);
     if (best == nullptr || r < best_rank) {
       best = &t;
@@ -462,7 +471,7 @@ void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
 void IncidentEngine::Impl::Refresh(Tracked& t) {
   // Localisation: the hardware evidence if any, else general evidence;
   // job-wide incidents (performance, model) stay unlocalised.
-  std::vector<const Condition*> local, general;
+  std::vector<const Condition*> specific, local, general;
   for (const auto& [key, c] : t.conditions) {
     if (c.inhibited) continue;
     const C cat = c.rule->category;
@@ -470,9 +479,13 @@ void IncidentEngine::Impl::Refresh(Tracked& t) {
       general.push_back(&c);
     } else if (cat != C::kPerformance && cat != C::kModel) {
       local.push_back(&c);
+      if (!c.rule->generic) specific.push_back(&c);
     }
   }
-  const std::vector<const Condition*>& cand = local.empty() ? general : local;
+  // A cause's own conditions localise it; generic baseline moves on other
+  // GPUs of the node are context (a slower job moves every GPU's power).
+  const std::vector<const Condition*>& cand =
+      !specific.empty() ? specific : !local.empty() ? local : general;
   t.inc.node.clear();
   t.inc.gpu.reset();
   t.inc.nodes.clear();
@@ -854,6 +867,60 @@ std::vector<IncidentUpdate> IncidentEngine::Advance(double ts) {
 
 void IncidentEngine::set_context_source(const JobContextSource* source) {
   impl_->context = source;
+}
+
+std::string IncidentEngine::SaveHistory() const {
+  nlohmann::json doc = nlohmann::json::object();
+  for (const auto& [node, h] : impl_->implicated) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const Implication& i : h) {
+      list.push_back({{"ts", i.ts},
+                      {"job", i.job},
+                      {"id", i.id},
+                      {"kind", i.kind},
+                      {"gpu", i.gpu ? nlohmann::json(*i.gpu)
+                                    : nlohmann::json(nullptr)}});
+    }
+    if (!list.empty()) doc[node] = std::move(list);
+  }
+  return doc.dump();
+}
+
+absl::Status IncidentEngine::RestoreHistory(std::string_view text) {
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError("repeat-offender history: not an object");
+  }
+  std::map<std::string, std::deque<Implication>> restored;
+  for (const auto& [node, list] : doc.items()) {
+    if (!list.is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("repeat-offender history of ", node, ": not a list"));
+    }
+    for (const nlohmann::json& e : list) {
+      if (!e.is_object() || !e.contains("ts") || !e["ts"].is_number() ||
+          !e.contains("job") || !e["job"].is_string() || !e.contains("id") ||
+          !e["id"].is_string() || !e.contains("kind") ||
+          !e["kind"].is_string() ||
+          (e.contains("gpu") && !e["gpu"].is_null() &&
+           !e["gpu"].is_number_integer())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("repeat-offender history of ", node,
+                         ": a malformed entry"));
+      }
+      Implication i;
+      i.ts = e["ts"].get<double>();
+      i.job = e["job"].get<std::string>();
+      i.id = e["id"].get<std::string>();
+      i.kind = e["kind"].get<std::string>();
+      if (e.contains("gpu") && e["gpu"].is_number_integer()) {
+        i.gpu = e["gpu"].get<int>();
+      }
+      restored[node].push_back(std::move(i));
+    }
+  }
+  impl_->implicated = std::move(restored);
+  return absl::OkStatus();
 }
 
 std::vector<Incident> IncidentEngine::Incidents() const {

@@ -61,10 +61,12 @@
 #define VIGIL_RULES_ENGINE_H_
 
 #include <memory>
+#include <string>
 #include <optional>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "detector/anomaly.h"
 #include "detector/detector.h"
 #include "rules/incident.h"
@@ -111,6 +113,13 @@ class IncidentEngine {
 
   // Where GPU-hours at risk come from (not owned; null: never raised).
   void set_context_source(const JobContextSource* source);
+
+  // The repeat-offender history (which incidents implicated which node,
+  // within lemon_window_s) as JSON text, and back: it spans days, so it
+  // must outlive a server restart. RestoreHistory: kInvalidArgument for
+  // text that is not such a document (nothing changes then).
+  std::string SaveHistory() const;
+  absl::Status RestoreHistory(std::string_view text);
 
  private:
   struct Impl;

@@ -1,5 +1,7 @@
 #include "rules/pipeline.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace vigil {
@@ -8,6 +10,42 @@ DetectionPipeline::DetectionPipeline(const DetectorOptions& detector_options,
                                      RuleSet rules)
     : detector_(detector_options), engine_(std::move(rules)) {
   engine_.set_context_source(this);
+}
+
+namespace {
+constexpr char kPipelineMagic[] = "VGPS";
+}  // namespace
+
+absl::Status DetectionPipeline::SaveState(std::string* out) const {
+  std::string detector;
+  if (absl::Status s = detector_.SaveState(&detector); !s.ok()) return s;
+  const std::string history = engine_.SaveHistory();
+  out->assign(kPipelineMagic, 4);
+  const uint64_t n = detector.size();
+  out->append(reinterpret_cast<const char*>(&n), sizeof(n));
+  out->append(detector);
+  out->append(history);
+  return absl::OkStatus();
+}
+
+absl::Status DetectionPipeline::RestoreState(std::string_view data) {
+  uint64_t n = 0;
+  if (data.size() < 4 + sizeof(n) ||
+      data.substr(0, 4) != std::string_view(kPipelineMagic, 4)) {
+    return absl::DataLossError("not a detection snapshot (bad magic)");
+  }
+  std::memcpy(&n, data.data() + 4, sizeof(n));
+  data.remove_prefix(4 + sizeof(n));
+  if (n > data.size()) return absl::DataLossError("truncated detection snapshot");
+  // The history first: it is the cheaper one to refuse.
+  IncidentEngine probe;
+  if (absl::Status s = probe.RestoreHistory(data.substr(n)); !s.ok()) {
+    return absl::DataLossError(s.message());
+  }
+  if (absl::Status s = detector_.RestoreState(data.substr(0, n)); !s.ok()) {
+    return s;
+  }
+  return engine_.RestoreHistory(data.substr(n));
 }
 
 void DetectionPipeline::SetJobState(std::string_view job, JobRunState state,
@@ -27,10 +65,12 @@ bool DetectionPipeline::HasSeries(uint32_t id) const {
 }
 
 void DetectionPipeline::ProcessFrame(const FrameView& frame,
-                                     std::vector<IncidentUpdate>* out) {
-  detector_.AdvanceTime(frame.ts, &anomalies_);
+                                     std::vector<IncidentUpdate>* out,
+                                     std::optional<double> now) {
+  const double t = now.value_or(frame.ts);
+  detector_.AdvanceTime(t, &anomalies_);
   detector_.ProcessFrame(frame, &anomalies_);
-  Drain(frame.ts, out);
+  Drain(std::max(t, frame.ts), out);
 }
 
 void DetectionPipeline::AdvanceTime(double ts,

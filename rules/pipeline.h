@@ -32,9 +32,14 @@ class DetectionPipeline : private JobContextSource {
   // True if `id` was registered.
   bool HasSeries(uint32_t id) const;
 
-  // Moves time to frame.ts (liveness checks), consumes the frame, and
-  // appends the incident updates it caused to `out`.
-  void ProcessFrame(const FrameView& frame, std::vector<IncidentUpdate>* out);
+  // Moves detection time to `now` (liveness checks; the frame counts as a
+  // sign of life at `now`), consumes the frame, and appends the incident
+  // updates it caused to `out`. `now` is when the frame arrived: the live
+  // server's clock, so that an agent resending an hour of backlog neither
+  // moves time ahead for everyone else nor looks silent itself. Without
+  // `now` (replay), detection time is the frame's ts.
+  void ProcessFrame(const FrameView& frame, std::vector<IncidentUpdate>* out,
+                    std::optional<double> now = std::nullopt);
 
   // Moves time to `ts` without a frame (the live server's clock tick) and
   // appends silences, hangs and auto-resolutions that fell due to `out`.
@@ -51,6 +56,13 @@ class DetectionPipeline : private JobContextSource {
   std::vector<std::string> RunningJobs() const {
     return detector_.RunningJobs();
   }
+
+  // What the pipeline has learned (the detector's baselines and runs, the
+  // engine's repeat-offender history) as one binary snapshot, and back.
+  // RestoreState: kDataLoss / kFailedPrecondition / kInvalidArgument for a
+  // snapshot it cannot read (nothing changes then).
+  absl::Status SaveState(std::string* out) const;
+  absl::Status RestoreState(std::string_view data);
 
   // Every incident so far, open and resolved.
   std::vector<Incident> Incidents() const { return engine_.Incidents(); }

@@ -1,5 +1,7 @@
 #include "server/config.h"
 
+#include "detector/detector.h"
+
 #include <fstream>
 #include <limits>
 #include <set>
@@ -259,12 +261,27 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
     }
     if (auto it = root.find("detection"); it != root.end() &&
         r.CheckObject(*it, "detection",
-                      {"enabled", "rules_file", "learn_steps", "k_sigma"})) {
+                      {"enabled", "rules_file", "learn_steps", "k_sigma",
+                       "learn_max_seconds", "rewarm_seconds",
+                       "family_pattern", "snapshot_seconds",
+                       "scheduler_poll_seconds", "await_scheduler_seconds"})) {
       r.Bool(*it, "detection", "enabled", &o.detection_enabled);
       r.String(*it, "detection", "rules_file", &o.rules_file);
       r.Integer(*it, "detection", "learn_steps", 1, 100'000'000, 1,
                 &o.detector.baseline.learn_steps);
       r.Positive(*it, "detection", "k_sigma", 1, 100, &o.detector.baseline.k_sigma);
+      r.Positive(*it, "detection", "learn_max_seconds", 1, 30 * 86400,
+                 &o.detector.baseline.learn_max_s);
+      r.Integer(*it, "detection", "rewarm_seconds", 0, 3600, 1,
+                &o.detector.lifecycle.rewarm_s);
+      r.String(*it, "detection", "family_pattern",
+               &o.detector.lifecycle.family_pattern);
+      r.Integer(*it, "detection", "snapshot_seconds", 0, 86400, 1,
+                &o.detection_snapshot_seconds);
+      r.Integer(*it, "detection", "scheduler_poll_seconds", 0, 3600, 1,
+                &o.scheduler_poll_seconds);
+      r.Integer(*it, "detection", "await_scheduler_seconds", 0, 3600, 1,
+                &o.await_scheduler_seconds);
     }
     if (auto it = root.find("auth"); it != root.end())
       ParseAuth(*it, r, &o.auth);
@@ -353,6 +370,8 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
     errors.push_back(
         "storage.rollup_retention_days: must not be shorter than "
         "raw_retention_days");
+  if (absl::Status s = Detector::ValidateOptions(options.detector); !s.ok())
+    errors.push_back(absl::StrCat("detection.", s.message()));
   if (!(options.detector.baseline.k_sigma > options.detector.baseline.k_clear))
     errors.push_back(absl::StrCat("detection.k_sigma: must be above the clear "
                                   "band of ",

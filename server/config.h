@@ -42,7 +42,11 @@ namespace vigil {
 //    "ingest": {"max_future_skew_seconds": 300, "max_message_mb": 4},
 //    "http": {"max_points": 1000000, "threads": 32},
 //    "detection": {"enabled": true, "rules_file": "...",
-//                  "learn_steps": 1000, "k_sigma": 3},
+//                  "learn_steps": 1000, "k_sigma": 3,
+//                  "learn_max_seconds": 3600, "rewarm_seconds": 90,
+//                  "family_pattern": "^(.*[^-_.])[-_.](?:r|run|...)\\d+$",
+//                  "snapshot_seconds": 60, "scheduler_poll_seconds": 15,
+//                  "await_scheduler_seconds": 45},
 //    "auth": {"anonymous_read": true,
 //             "tokens": [{"name": "alice", "role": "operator",
 //                         "sha256": "<hex sha256 of the token>"}]},
@@ -199,9 +203,19 @@ struct ServerOptions {
   // VigilServer::Start() fail.
   std::string rules_file;
   // Detector tunables; the config file sets baseline.learn_steps
-  // ("learn_steps") and baseline.k_sigma ("k_sigma"), the rest keep the
+  // ("learn_steps"), baseline.k_sigma ("k_sigma"), baseline.learn_max_s
+  // ("learn_max_seconds"), lifecycle.rewarm_s ("rewarm_seconds") and
+  // lifecycle.family_pattern ("family_pattern"); the rest keep the
   // defaults of detector/options.h.
   DetectorOptions detector;
+  // Seconds between snapshots of learned baselines (and one at shutdown);
+  // 0 disables them.
+  double detection_snapshot_seconds = 60;
+  // With an actuator configured: how often the scheduler is asked about
+  // the jobs that report (0: never), and how long a job whose nodes all
+  // stopped waits for its answer before the stop is read as its end.
+  double scheduler_poll_seconds = 15;
+  double await_scheduler_seconds = 45;
 
   // API tokens and roles.
   AuthOptions auth;

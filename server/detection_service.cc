@@ -1,6 +1,7 @@
 #include "server/detection_service.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -18,6 +19,7 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr char kIndexStream[] = "incidents";
+constexpr char kSnapshotKey[] = "detection";
 constexpr char kIdPrefix[] = "inc-";
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // Most events read back for one incident's timeline (oldest first).
@@ -86,8 +88,7 @@ bool Matches(const Json& s, const IncidentFilter& f) {
 
 DetectionService::DetectionService(DetectionOptions options)
     : options_(std::move(options)),
-      pipeline_(options_.detector, options_.rules),
-      newest_ts_(-kInf) {}
+      pipeline_(options_.detector, options_.rules) {}
 
 DetectionService::~DetectionService() { Stop(); }
 
@@ -95,6 +96,19 @@ absl::Status DetectionService::Start() {
   if (started_) return absl::FailedPreconditionError("detection already started");
   absl::Status loaded = LoadStored();
   if (!loaded.ok()) return loaded;
+  if (options_.live) {
+    absl::StatusOr<std::string> snapshot = options_.store->GetState(kSnapshotKey);
+    if (snapshot.ok()) {
+      std::lock_guard<std::mutex> l(pipeline_mu_);
+      absl::Status s = pipeline_.RestoreState(*snapshot);
+      restored_ = s.ok();
+      if (!s.ok()) {
+        // A snapshot of another version or a damaged one: learn afresh.
+        std::fprintf(stderr, "vigil-server: detection snapshot not used: %s\n",
+                     std::string(s.message()).c_str());
+      }
+    }
+  }
   started_ = true;
   // The first tick is due one period after Start(), not after the thread
   // happens to run: a clock moved in between must still be noticed.
@@ -112,6 +126,26 @@ void DetectionService::Stop() {
   }
   tick_cv_.notify_all();
   tick_thread_.join();
+  if (options_.snapshot_seconds > 0) (void)Snapshot();
+}
+
+absl::Status DetectionService::Snapshot() {
+  std::string data;
+  {
+    std::lock_guard<std::mutex> l(pipeline_mu_);
+    if (absl::Status s = pipeline_.SaveState(&data); !s.ok()) {
+      snapshot_errors_.fetch_add(1);
+      return s;
+    }
+  }
+  absl::Status s = options_.store->PutState(kSnapshotKey, data);
+  if (!s.ok()) {
+    snapshot_errors_.fetch_add(1);
+    return s;
+  }
+  snapshots_.fetch_add(1);
+  snapshot_bytes_.store(data.size());
+  return absl::OkStatus();
 }
 
 absl::Status DetectionService::LoadStored() {
@@ -166,11 +200,8 @@ void DetectionService::OnFrame(const FrameView& frame) {
     // its samples (DetectorStats::unregistered_samples).
     if (key.ok()) (void)pipeline_.RegisterSeries(id, *key);
   }
-  if (frame.ts > newest_ts_) {
-    newest_ts_ = frame.ts;
-    newest_ts_clock_ = options_.clock->Now();
-  }
-  pipeline_.ProcessFrame(frame, &updates_);
+  seen_frame_ = true;
+  pipeline_.ProcessFrame(frame, &updates_, options_.clock->Now());
   frames_.fetch_add(1, std::memory_order_relaxed);
   if (!updates_.empty()) Publish(updates_);
 }
@@ -178,9 +209,8 @@ void DetectionService::OnFrame(const FrameView& frame) {
 void DetectionService::AdvanceTime(double now) {
   if (!options_.live) return;
   std::lock_guard<std::mutex> l(pipeline_mu_);
-  if (newest_ts_ == -kInf) return;
-  pipeline_.AdvanceTime(newest_ts_ + std::max(0.0, now - newest_ts_clock_),
-                        &updates_);
+  if (!seen_frame_) return;
+  pipeline_.AdvanceTime(now, &updates_);
   if (!updates_.empty()) Publish(updates_);
 }
 
@@ -237,6 +267,8 @@ void DetectionService::TickLoop(double first_tick) {
   Clock& clock = *options_.clock;
   std::unique_lock<std::mutex> lock(tick_mu_);
   double next = first_tick;
+  double next_snapshot = first_tick - options_.tick_seconds +
+                         options_.snapshot_seconds;
   while (!stopping_) {
     clock.WaitUntil(lock, tick_cv_, next);
     if (stopping_) break;
@@ -245,6 +277,10 @@ void DetectionService::TickLoop(double first_tick) {
     next = now + options_.tick_seconds;
     lock.unlock();
     AdvanceTime(now);
+    if (options_.snapshot_seconds > 0 && now >= next_snapshot) {
+      next_snapshot = now + options_.snapshot_seconds;
+      (void)Snapshot();
+    }
     lock.lock();
   }
 }
@@ -331,6 +367,10 @@ DetectionCounters DetectionService::counters() const {
     c.updates[i] = updates_by_type_[i].load();
   c.persist_errors = persist_errors_.load();
   c.unreadable = unreadable_;
+  c.snapshots = snapshots_.load();
+  c.snapshot_errors = snapshot_errors_.load();
+  c.snapshot_bytes = snapshot_bytes_.load();
+  c.restored = restored_;
   std::lock_guard<std::mutex> l(index_mu_);
   for (const auto& [id, snapshot] : index_) {
     if (snapshot["state"].get<std::string>() !=

@@ -4,10 +4,11 @@
 // HTTP API. A background thread moves detection time with the server clock
 // so node silence and auto-resolution happen without frames.
 //
-// Detection time is data time, as in vigil-replay: the newest frame ts
-// seen, moved on at the clock's rate while no newer frame arrives. Agents
-// backfilling old frames after a reconnect therefore do not look silent,
-// and a cluster that goes quiet is still noticed on the clock.
+// Detection time for liveness is the server's clock: a frame is a sign of
+// life when it arrives. Agents backfilling an outage's frames, each at its
+// own pace, therefore neither look silent nor make the others look silent
+// (in vigil-replay, where frames are time-ordered, it is the frames' ts).
+// Everything else (rates, phases, trends) goes by the frames' own ts.
 //
 // Storage layout (events family, kept forever):
 //   stream "incidents"       one event per incident, when it opens:
@@ -18,10 +19,13 @@
 // Ids: the engine numbers its incidents from inc-000001 in every process.
 // The service maps them onto server ids that continue after the highest id
 // stored, so ids never repeat across restarts. On Start(), stored incidents
-// are listed again with their last stored state; the detector itself
-// starts afresh (baselines are learned again, an incident that was firing
-// at shutdown is not resolved or reopened by the new process: a recurring
-// fault opens a new incident).
+// are listed again with their last stored state, and the detector takes
+// back its last snapshot (store state "detection", written every
+// snapshot_seconds and at Stop(): baselines, runs in progress, job
+// profiles, repeat-offender history), so a restart - even a kill -9 - does
+// not send running jobs back to learning. An incident that was firing at
+// shutdown is not resolved or reopened by the new process: a recurring
+// fault opens a new incident.
 #ifndef VIGIL_SERVER_DETECTION_SERVICE_H_
 #define VIGIL_SERVER_DETECTION_SERVICE_H_
 
@@ -66,6 +70,9 @@ struct DetectionOptions {
   bool live = true;
   // Seconds of clock time between ticks (AdvanceTime) of the tick thread.
   double tick_seconds = 1;
+  // Seconds of clock time between snapshots of what detection has learned
+  // (and one at Stop()); 0 disables them.
+  double snapshot_seconds = 60;
 };
 
 // Which incidents ListIncidents returns; every set condition must hold.
@@ -103,6 +110,12 @@ struct DetectionCounters {
   uint64_t persist_errors = 0;
   // Stored incidents skipped at Start() because their events are unreadable.
   uint64_t unreadable = 0;
+  // Snapshots of the learned state written, failed, their last size, and
+  // whether Start() took one back.
+  uint64_t snapshots = 0;
+  uint64_t snapshot_errors = 0;
+  uint64_t snapshot_bytes = 0;
+  bool restored = false;
 };
 
 // Runs detection on every frame and keeps the incident index.
@@ -119,8 +132,12 @@ class DetectionService : public FrameObserver {
   // after the highest stored one and, if live, starts the tick thread.
   // kFailedPrecondition if already started.
   absl::Status Start();
-  // Stops the tick thread. Idempotent.
+  // Stops the tick thread and writes a last snapshot. Idempotent.
   void Stop();
+
+  // Writes a snapshot of what detection has learned now. Errors are
+  // counted (DetectionCounters) and returned.
+  absl::Status Snapshot();
 
   // Registers the frame's unseen series with the pipeline (their keys from
   // the store), runs the frame and persists the incident updates it
@@ -189,16 +206,16 @@ class DetectionService : public FrameObserver {
   absl::flat_hash_map<std::string, std::string> external_
       ABSL_GUARDED_BY(pipeline_mu_);
   IncidentListener* listener_ = nullptr;
-  // The newest frame ts seen (-inf before the first frame) and the clock
-  // time it was seen at.
-  double newest_ts_ ABSL_GUARDED_BY(pipeline_mu_);
-  double newest_ts_clock_ ABSL_GUARDED_BY(pipeline_mu_) = 0;
+  // Whether a frame has been seen (liveness is judged after the first).
+  bool seen_frame_ ABSL_GUARDED_BY(pipeline_mu_) = false;
 
   mutable std::mutex index_mu_;
   // Server id -> latest snapshot (full form). Ordered by id.
   std::map<std::string, nlohmann::json> index_ ABSL_GUARDED_BY(index_mu_);
 
   std::atomic<uint64_t> frames_{0};
+  std::atomic<uint64_t> snapshots_{0}, snapshot_errors_{0}, snapshot_bytes_{0};
+  bool restored_ = false;  // set by Start() only
   std::array<std::atomic<uint64_t>, 5> updates_by_type_{};
   std::atomic<uint64_t> persist_errors_{0};
   uint64_t unreadable_ = 0;  // set by Start() only

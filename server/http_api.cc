@@ -330,6 +330,20 @@ void HttpApi::InstallHandlers() {
     AppendFamily(&out, "vigil_incidents_unreadable", "gauge",
                  "Stored incidents skipped at startup as unreadable.");
     AppendSample(&out, "vigil_incidents_unreadable", d.unreadable);
+    AppendFamily(&out, "vigil_detection_snapshots_total", "counter",
+                 "Snapshots of learned baselines written to the store.");
+    AppendSample(&out, "vigil_detection_snapshots_total", d.snapshots);
+    AppendFamily(&out, "vigil_detection_snapshot_errors_total", "counter",
+                 "Snapshots of learned baselines that failed.");
+    AppendSample(&out, "vigil_detection_snapshot_errors_total",
+                 d.snapshot_errors);
+    AppendFamily(&out, "vigil_detection_snapshot_bytes", "gauge",
+                 "Size of the last snapshot of learned baselines.");
+    AppendSample(&out, "vigil_detection_snapshot_bytes", d.snapshot_bytes);
+    AppendFamily(&out, "vigil_detection_restored", "gauge",
+                 "1 when this process started from a snapshot of learned "
+                 "baselines.");
+    AppendSample(&out, "vigil_detection_restored", d.restored ? 1 : 0);
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
   });
 

@@ -131,6 +131,7 @@ absl::Status VigilServer::Start() {
   detection_options.detector = options_.detector;
   detection_options.rules = std::move(rules);
   detection_options.live = options_.detection_enabled;
+  detection_options.snapshot_seconds = options_.detection_snapshot_seconds;
   auto detection = std::make_unique<DetectionService>(detection_options);
 
   EscalationServiceOptions escalation_options;

@@ -34,13 +34,27 @@ double JsonValue(const nlohmann::json& v) {
 }  // namespace
 
 SimulatedAgent::SimulatedAgent(const std::string& node, const std::string& job,
-                               int seed, const std::string& server)
+                               int seed, const std::string& server,
+                               const std::string& fault,
+                               double fault_at_seconds)
     : node_(node) {
   agent::SimulatorOptions sim_options;
   sim_options.node = node;
   sim_options.job = job;
   sim_options.seed = seed;
-  auto sim = agent::Simulator::Create(sim_options);
+  if (!fault.empty()) {
+    agent::ScenarioSpec spec;
+    spec.name = fault;
+    agent::FaultSpec f;
+    f.kind = fault;
+    f.node = node;
+    f.at_seconds = fault_at_seconds;
+    spec.faults.push_back(f);
+    auto faults = agent::ResolveFaults(spec, 7);
+    EXPECT_TRUE(faults.ok()) << faults.status();
+    scenario_ = std::make_unique<agent::FaultScenario>(*faults, node);
+  }
+  auto sim = agent::Simulator::Create(sim_options, scenario_.get());
   EXPECT_TRUE(sim.ok()) << sim.status();
   sim_ = std::make_unique<agent::Simulator>(std::move(*sim));
 

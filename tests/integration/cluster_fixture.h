@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/scenarios.h"
 #include "agent/simulator.h"
 #include "agent/stream_client.h"
 #include "storage/series_store.h"
@@ -21,8 +22,11 @@ using SentSamples = std::map<std::string, std::vector<Sample>>;
 // A simulated node streaming through a real StreamClient.
 class SimulatedAgent {
  public:
+  // `fault` (a fault kind of agent::FaultKindNames, empty for none) starts
+  // `fault_at_seconds` after the agent's first tick.
   SimulatedAgent(const std::string& node, const std::string& job, int seed,
-                 const std::string& server);
+                 const std::string& server, const std::string& fault = "",
+                 double fault_at_seconds = 0);
   ~SimulatedAgent();
   // Enqueues the frames of ticks `first_ts`, `first_ts`+1, ... (count ticks).
   void EnqueueTicks(double first_ts, int count);
@@ -33,6 +37,7 @@ class SimulatedAgent {
 
  private:
   std::string node_;
+  std::unique_ptr<agent::FaultScenario> scenario_;
   std::unique_ptr<agent::Simulator> sim_;
   std::unique_ptr<agent::StreamClient> client_;
   std::vector<uint32_t> ids_;

@@ -1,0 +1,345 @@
+// Snapshots of what the detector has learned: per-series baselines (learned,
+// inherited, or the samples of one still learning), job and family
+// profiles, and the runs in progress, so that a server restart (or a crash)
+// does not send every running job back to learning.
+//
+// Format (little-endian): "VGDS", u32 version, then sections of u32 counts:
+//   series:   u32 id, u64 key hash, u8 stage, f32 widen, f64 level, spread,
+//             learn_start_ts, i64 first_step, evaluated, learn_seen,
+//             early_at, i32 stride, f64 diff_level, u32 n + n f32 samples
+//   profiles: str name, i32 nodes, u32 n x (str metric, u32 m x (f32, f32))
+//   runs:     str job, str node, i64 step, run_start_step, f64 interval,
+//             busy, run_start_ts, i32 busy_frames, u8 rewarm
+//   jobs:     str name, f64 run_start_ts, last_checkpoint_ts,
+//             longest_stall_s
+// A string is u32 length + bytes.
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "detector/detector_impl.h"
+
+namespace vigil {
+
+using detector_internal::JobState;
+using detector_internal::kNaN;
+using detector_internal::kNone;
+using detector_internal::kNoStep;
+using detector_internal::NodeState;
+using detector_internal::Profile;
+using detector_internal::ProfileEntry;
+using detector_internal::SeriesState;
+using detector_internal::Stage;
+
+namespace {
+
+constexpr char kMagic[] = "VGDS";
+constexpr uint32_t kVersion = 1;
+// Samples of a learning series kept in a snapshot at most (every other one
+// beyond): enough to resume learning, small enough for millions of series.
+constexpr size_t kMaxSnapshotSamples = 128;
+
+class Writer {
+ public:
+  explicit Writer(std::string* out) : out_(out) {}
+  template <typename T>
+  void Put(T v) {
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    out_->append(b, sizeof(T));
+  }
+  void Str(std::string_view s) {
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_->append(s);
+  }
+
+ private:
+  std::string* out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (in_.size() < sizeof(T)) return Fail();
+    std::memcpy(v, in_.data(), sizeof(T));
+    in_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool Str(std::string* s) {
+    uint32_t n;
+    if (!Get(&n) || in_.size() < n) return Fail();
+    s->assign(in_.substr(0, n));
+    in_.remove_prefix(n);
+    return true;
+  }
+  // A count of items at least `item_bytes` each: refuses counts the rest of
+  // the input cannot hold (a corrupt snapshot never makes us allocate).
+  bool Count(uint32_t* n, size_t item_bytes) {
+    if (!Get(n)) return false;
+    if (static_cast<uint64_t>(*n) * item_bytes > in_.size()) return Fail();
+    return true;
+  }
+  bool ok() const { return ok_; }
+  bool done() const { return in_.empty(); }
+
+ private:
+  bool Fail() {
+    ok_ = false;
+    return false;
+  }
+  std::string_view in_;
+  bool ok_ = true;
+};
+
+uint64_t KeyHash(const SeriesKey& key) {
+  return std::hash<std::string>()(key.ToString());
+}
+
+std::string PairKey(std::string_view job, std::string_view node) {
+  return absl::StrCat(detector_internal::AbslView(job),
+                      absl::string_view("\0", 1),
+                      detector_internal::AbslView(node));
+}
+
+}  // namespace
+
+absl::Status Detector::SaveState(std::string* out) const {
+  const Impl& m = *impl_;
+  out->clear();
+  out->append(kMagic, 4);
+  Writer w(out);
+  w.Put<uint32_t>(kVersion);
+  // Series: every learned, inherited or learning state worth keeping, plus
+  // what is still pending from the snapshot this process was started with.
+  std::vector<uint32_t> keep;
+  for (uint32_t d = 0; d < m.series.size(); ++d) {
+    const SeriesState& s = m.series[d];
+    if (s.id >= m.dense_of_id.size() || m.dense_of_id[s.id] != d) continue;
+    if (s.stage != Stage::kLearning || !s.learn.empty()) keep.push_back(d);
+  }
+  w.Put<uint32_t>(static_cast<uint32_t>(keep.size() + m.pending_series.size()));
+  for (uint32_t d : keep) {
+    const SeriesState& s = m.series[d];
+    w.Put<uint32_t>(s.id);
+    w.Put<uint64_t>(KeyHash(m.keys[d]));
+    w.Put<uint8_t>(static_cast<uint8_t>(s.stage));
+    w.Put<float>(s.widen);
+    w.Put<double>(s.level);
+    w.Put<double>(s.spread);
+    w.Put<double>(s.learn_start_ts);
+    w.Put<int64_t>(s.first_step);
+    w.Put<int64_t>(s.evaluated);
+    w.Put<int64_t>(s.learn_seen);
+    w.Put<int64_t>(s.early_at);
+    const size_t step = s.learn.size() > kMaxSnapshotSamples ? 2 : 1;
+    w.Put<int32_t>(s.stride * static_cast<int32_t>(step));
+    w.Put<double>(s.aux != kNone ? m.aux[s.aux].diff_level : kNaN);
+    w.Put<uint32_t>(static_cast<uint32_t>((s.learn.size() + step - 1) / step));
+    for (size_t i = 0; i < s.learn.size(); i += step) w.Put<float>(s.learn[i]);
+  }
+  for (const auto& [id, blob] : m.pending_series) {
+    out->append(blob);  // already encoded, id first
+  }
+  w.Put<uint32_t>(static_cast<uint32_t>(m.profiles.size()));
+  for (const auto& [name, p] : m.profiles) {
+    w.Str(name);
+    w.Put<int32_t>(p.nodes);
+    w.Put<uint32_t>(static_cast<uint32_t>(p.by_metric.size()));
+    for (const auto& [metric, e] : p.by_metric) {
+      w.Str(metric);
+      w.Put<uint32_t>(static_cast<uint32_t>(e.samples.size()));
+      for (const auto& [level, spread] : e.samples) {
+        w.Put<float>(level);
+        w.Put<float>(spread);
+      }
+    }
+  }
+  uint32_t runs = 0;
+  for (const NodeState& n : m.nodes) runs += !n.free && !n.retired && !n.ended;
+  w.Put<uint32_t>(runs);
+  for (const NodeState& n : m.nodes) {
+    if (n.free || n.retired || n.ended) continue;
+    w.Str(m.jobs[n.job].name);
+    w.Str(n.name);
+    w.Put<int64_t>(n.step);
+    w.Put<int64_t>(n.run_start_step);
+    w.Put<double>(n.interval);
+    w.Put<double>(n.busy);
+    w.Put<double>(n.run_start_ts);
+    w.Put<int32_t>(n.busy_frames);
+    w.Put<uint8_t>(n.rewarm ? 1 : 0);
+  }
+  uint32_t jobs = 0;
+  for (const JobState& j : m.jobs) jobs += !j.free && !j.ended;
+  w.Put<uint32_t>(jobs);
+  for (const JobState& j : m.jobs) {
+    if (j.free || j.ended) continue;
+    w.Str(j.name);
+    w.Put<double>(j.run_start_ts);
+    w.Put<double>(j.last_checkpoint_ts);
+    w.Put<double>(j.longest_stall_s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Detector::RestoreState(std::string_view data) {
+  Impl& m = *impl_;
+  if (data.size() < 4 || data.substr(0, 4) != std::string_view(kMagic, 4)) {
+    return absl::DataLossError("not a detector snapshot (bad magic)");
+  }
+  Reader r(data.substr(4));
+  uint32_t version;
+  if (!r.Get(&version)) return absl::DataLossError("truncated snapshot");
+  if (version != kVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("detector snapshot version ", version, ", expected ",
+                     kVersion));
+  }
+  // Decode everything first: a bad snapshot changes nothing.
+  absl::flat_hash_map<uint32_t, std::string> series;
+  uint32_t n;
+  if (!r.Count(&n, 4 + 8 + 1 + 4 + 8 * 3 + 8 * 4 + 4 + 8 + 4)) {
+    return absl::DataLossError("truncated snapshot (series)");
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string blob;
+    Writer w(&blob);
+    uint32_t id, samples;
+    uint64_t hash;
+    uint8_t stage;
+    float widen;
+    double level, spread, start, diff;
+    int64_t first, evaluated, seen, early;
+    int32_t stride;
+    if (!r.Get(&id) || !r.Get(&hash) || !r.Get(&stage) || !r.Get(&widen) ||
+        !r.Get(&level) || !r.Get(&spread) || !r.Get(&start) ||
+        !r.Get(&first) || !r.Get(&evaluated) || !r.Get(&seen) ||
+        !r.Get(&early) || !r.Get(&stride) || !r.Get(&diff) ||
+        !r.Count(&samples, 4) || stage > static_cast<uint8_t>(Stage::kLearned)) {
+      return absl::DataLossError("corrupt snapshot (series)");
+    }
+    w.Put(id), w.Put(hash), w.Put(stage), w.Put(widen), w.Put(level);
+    w.Put(spread), w.Put(start), w.Put(first), w.Put(evaluated), w.Put(seen);
+    w.Put(early), w.Put(stride), w.Put(diff), w.Put(samples);
+    for (uint32_t k = 0; k < samples; ++k) {
+      float x;
+      if (!r.Get(&x)) return absl::DataLossError("corrupt snapshot (samples)");
+      w.Put(x);
+    }
+    series[id] = std::move(blob);
+  }
+  absl::flat_hash_map<std::string, Profile> profiles;
+  if (!r.Count(&n, 4 + 4 + 4)) return absl::DataLossError("corrupt profiles");
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string name;
+    int32_t nodes;
+    uint32_t metrics;
+    if (!r.Str(&name) || !r.Get(&nodes) || !r.Count(&metrics, 8)) {
+      return absl::DataLossError("corrupt snapshot (profiles)");
+    }
+    Profile& p = profiles[name];
+    p.nodes = nodes;
+    for (uint32_t k = 0; k < metrics; ++k) {
+      std::string metric;
+      uint32_t count;
+      if (!r.Str(&metric) || !r.Count(&count, 8)) {
+        return absl::DataLossError("corrupt snapshot (profile)");
+      }
+      ProfileEntry& e = p.by_metric[metric];
+      for (uint32_t c = 0; c < count; ++c) {
+        float level, spread;
+        if (!r.Get(&level) || !r.Get(&spread)) {
+          return absl::DataLossError("corrupt snapshot (profile samples)");
+        }
+        if (e.samples.size() < detector_internal::kProfileSamples) {
+          e.samples.emplace_back(level, spread);
+        }
+      }
+    }
+  }
+  absl::flat_hash_map<std::string, Impl::PendingRun> runs;
+  if (!r.Count(&n, 8 + 8 * 2 + 8 * 3 + 4 + 1)) {
+    return absl::DataLossError("corrupt snapshot (runs)");
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string job, node;
+    Impl::PendingRun run;
+    uint8_t rewarm;
+    if (!r.Str(&job) || !r.Str(&node) || !r.Get(&run.step) ||
+        !r.Get(&run.run_start_step) || !r.Get(&run.interval) ||
+        !r.Get(&run.busy) || !r.Get(&run.run_start_ts) ||
+        !r.Get(&run.busy_frames) || !r.Get(&rewarm)) {
+      return absl::DataLossError("corrupt snapshot (runs)");
+    }
+    run.rewarm = rewarm != 0;
+    runs[PairKey(job, node)] = run;
+  }
+  absl::flat_hash_map<std::string, Impl::PendingJob> jobs;
+  if (!r.Count(&n, 4 + 8 * 3)) return absl::DataLossError("corrupt jobs");
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string name;
+    Impl::PendingJob job;
+    if (!r.Str(&name) || !r.Get(&job.run_start_ts) ||
+        !r.Get(&job.last_checkpoint_ts) || !r.Get(&job.longest_stall_s)) {
+      return absl::DataLossError("corrupt snapshot (jobs)");
+    }
+    jobs[name] = job;
+  }
+  if (!r.ok() || !r.done()) {
+    return absl::DataLossError("corrupt snapshot (trailing bytes)");
+  }
+  // Apply: series already registered take their state now, the others when
+  // they are registered (RegisterSeries); runs and jobs when they report.
+  for (auto& [id, blob] : series) {
+    if (id < m.dense_of_id.size() && m.dense_of_id[id] != kNone) {
+      m.ApplySeries(m.dense_of_id[id], blob);
+    } else {
+      m.pending_series[id] = std::move(blob);
+    }
+  }
+  for (auto& [name, p] : profiles) m.profiles[name] = std::move(p);
+  for (auto& [key, run] : runs) m.pending_runs[key] = run;
+  for (auto& [name, job] : jobs) m.pending_jobs[name] = job;
+  return absl::OkStatus();
+}
+
+bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
+  Reader r(blob);
+  SeriesState& s = series[dense];
+  uint32_t id, samples;
+  uint64_t hash;
+  uint8_t stage;
+  float widen;
+  double level, spread, start, diff;
+  int64_t first, evaluated, seen, early;
+  int32_t stride;
+  r.Get(&id), r.Get(&hash), r.Get(&stage), r.Get(&widen), r.Get(&level);
+  r.Get(&spread), r.Get(&start), r.Get(&first), r.Get(&evaluated);
+  r.Get(&seen), r.Get(&early), r.Get(&stride), r.Get(&diff), r.Get(&samples);
+  // The store reuses no id for another key; a mismatch means a snapshot of
+  // another store: learn afresh.
+  if (!r.ok() || hash != KeyHash(keys[dense])) return false;
+  s.stage = static_cast<Stage>(stage);
+  s.widen = widen;
+  s.level = level;
+  s.spread = spread;
+  s.learn_start_ts = start;
+  s.first_step = first;
+  s.evaluated = evaluated;
+  s.learn_seen = seen;
+  s.early_at = early;
+  s.stride = std::max(1, stride);
+  s.learn.clear();
+  for (uint32_t k = 0; k < samples; ++k) {
+    float x;
+    if (!r.Get(&x)) break;
+    s.learn.push_back(x);
+  }
+  if (s.aux != kNone) aux[s.aux].diff_level = diff;
+  return true;
+}
+
+}  // namespace vigil
