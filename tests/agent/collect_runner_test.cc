@@ -161,6 +161,38 @@ TEST_F(CollectRunnerTest, IdleJobWhenNoCollectorNamesOneAndNoStep) {
   EXPECT_FALSE(tick.step.has_value());
 }
 
+// When the node's job changes without a collector saying why, the first
+// frame of the new job carries the old one's end; the frame sent says so.
+TEST_F(CollectRunnerTest, JobChangeIsMarkedInTheFrame) {
+  ScriptedCollector gpu("nvml"), train("training");
+  gpu.samples = {{{"gpu_temperature_celsius", {{"gpu", "0"}}}, 40}};
+  train.job = "llm";
+  train.step = 77;
+  CollectRunnerOptions options;
+  options.idle_job = "idle";
+  CollectRunner runner(options, {&gpu, &train}, client_.get(), &clock_);
+  Tick first = CollectFirst(runner);
+  EXPECT_FALSE(first.job_end.has_value());
+  train.job.clear();
+  train.step.reset();
+  Tick idle = runner.CollectNow(1001);
+  EXPECT_EQ(idle.job, "idle");
+  ASSERT_TRUE(idle.job_end.has_value());
+  EXPECT_EQ(idle.job_end->job, "llm");
+  EXPECT_EQ(idle.job_end->step, 77);
+  EXPECT_EQ(idle.job_end->reason, "job_changed");
+  runner.Deliver(idle);  // sends it as a frame now
+  ASSERT_FALSE(queue_->frames().empty());
+  const v1::Frame f = queue_->frames().back();
+  EXPECT_EQ(f.job(), "idle");
+  ASSERT_TRUE(f.has_job_end());
+  EXPECT_EQ(f.job_end().job(), "llm");
+  EXPECT_EQ(f.job_end().step(), 77);
+  // Idle to idle: nothing ended.
+  Tick again = runner.CollectNow(1002);
+  EXPECT_FALSE(again.job_end.has_value());
+}
+
 TEST_F(CollectRunnerTest, CollectorThatCannotStartIsLeftOutAndReported) {
   ScriptedCollector gpu("nvml"), disk("disk");
   gpu.start_status = absl::UnavailableError("libnvidia-ml.so.1: not found");

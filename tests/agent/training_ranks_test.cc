@@ -107,3 +107,81 @@ TEST(TrainingRanksTest, NonFiniteLossEventOncePerJobAndStep) {
 
 }  // namespace
 }  // namespace vigil::agent
+
+namespace vigil::agent {
+namespace {
+
+// A finished job's ranks close their connections: a few seconds later the
+// node reports its idle job and the tick says which job ended, at which
+// step, and why - not 300 s later at a frozen step (which looks like a
+// hang).
+TEST(TrainingRanksTest, RanksThatLeaveEndTheirJob) {
+  TrainingRanksOptions options;
+  options.default_job = "";
+  TrainingRanks ranks(options);
+  Conn a, b;
+  ASSERT_TRUE(Hello(ranks, a, 0, 100).ok());
+  ASSERT_TRUE(Hello(ranks, b, 1, 100).ok());
+  StepMessage s;
+  s.step = 41;
+  s.loss = 2.0;
+  Step(ranks, a, s, 101);
+  Step(ranks, b, s, 101);
+  Tick running;
+  ranks.Collect(102, &running);
+  EXPECT_EQ(running.job, "j");
+  EXPECT_EQ(running.step, 41);
+  EXPECT_FALSE(running.job_end.has_value());
+  // Both ranks exit; within the grace they still count (a reconnect).
+  ranks.Disconnected(*a.hello, 103);
+  ranks.Disconnected(*b.hello, 103);
+  Tick grace;
+  ranks.Collect(105, &grace);
+  EXPECT_EQ(grace.job, "j");
+  EXPECT_FALSE(grace.job_end.has_value());
+  Tick ended;
+  ranks.Collect(109, &ended);
+  EXPECT_EQ(ended.job, "");
+  ASSERT_TRUE(ended.job_end.has_value());
+  EXPECT_EQ(ended.job_end->job, "j");
+  EXPECT_EQ(ended.job_end->step, 41);
+  EXPECT_EQ(ended.job_end->reason, "ranks_exited");
+  // Said once.
+  Tick after;
+  ranks.Collect(110, &after);
+  EXPECT_FALSE(after.job_end.has_value());
+}
+
+// A rank that reconnects within the grace (a DataLoader fork closing its
+// copy, a network blip) keeps its job alive.
+TEST(TrainingRanksTest, ReconnectWithinGraceKeepsTheJob) {
+  TrainingRanks ranks({});
+  Conn a, again;
+  ASSERT_TRUE(Hello(ranks, a, 0, 100).ok());
+  ranks.Disconnected(*a.hello, 101);
+  ASSERT_TRUE(Hello(ranks, again, 0, 102).ok());
+  Tick tick;
+  ranks.Collect(120, &tick);
+  EXPECT_EQ(tick.job, "j");
+  EXPECT_FALSE(tick.job_end.has_value());
+}
+
+// Ranks that fall silent without closing (a hung process keeps its socket
+// open) are dropped at staleness, and the end says so.
+TEST(TrainingRanksTest, StaleRanksEndTheirJobAsStale) {
+  TrainingRanksOptions options;
+  options.staleness_seconds = 300;
+  TrainingRanks ranks(options);
+  Conn a;
+  ASSERT_TRUE(Hello(ranks, a, 0, 100).ok());
+  Tick first;
+  ranks.Collect(101, &first);
+  EXPECT_EQ(first.job, "j");
+  Tick later;
+  ranks.Collect(500, &later);
+  ASSERT_TRUE(later.job_end.has_value());
+  EXPECT_EQ(later.job_end->reason, "ranks_stale");
+}
+
+}  // namespace
+}  // namespace vigil::agent

@@ -39,6 +39,10 @@ const FaultCase kCases[] = {
     // Starts with the job: warm-up (200 steps, ~340 s) and 54 of 60
     // samples come first.
     {"low_mfu", 900},            {"loss_scale_thrash", 600},
+    {"nvlink_bandwidth_degraded", 600},
+    {"xid_storm", 600},
+    // 3 of the 4 nodes at once: one incident naming them.
+    {"rack_down", 600},
 };
 
 void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.kind; }
