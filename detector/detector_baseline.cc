@@ -34,12 +34,11 @@ constexpr int kInheritCheckSamples = 10;
 
 }  // namespace
 
-bool Detector::Impl::Learn(SeriesState& s, double x) {
+bool Detector::Impl::LearnSample(SeriesState& s, double x) {
   const BaselineOptions& bo = opt.baseline;
   ++s.evaluated;
   if (step && s.first_step == kNoStep) s.first_step = *step;
   if (std::isnan(s.learn_start_ts)) s.learn_start_ts = ts;
-  if (s.learned()) return true;
   if (s.learn_seen == 0 && s.stage == Stage::kLearning &&
       !s.traits.trending) {
     Inherit(s);
@@ -100,10 +99,11 @@ bool Detector::Impl::Learn(SeriesState& s, double x) {
     }
     return s.usable();
   }
-  // Usable early: provisional statistics, recomputed as the sample grows
-  // by a quarter (a handful of times per series), with a widened band.
+  // Usable early: provisional statistics, recomputed each time the sample
+  // has grown fourfold (two or three times per series), with a widened
+  // band.
   if (kept >= bo.early_min_samples && elapsed >= bo.early_min_s &&
-      (s.early_at == 0 || s.learn_seen * 4 >= s.early_at * 5)) {
+      (s.early_at == 0 || s.learn_seen >= 4 * s.early_at)) {
     scratch.assign(s.learn.begin(), s.learn.end());
     double median, sigma;
     detector_internal::RobustStats(scratch, &median, &sigma);
@@ -195,14 +195,6 @@ void Detector::Impl::Relearn(SeriesState& s) {
   s.sustain = Sustain();
   s.raised_dir = 0;
   s.raised_ts = kNaN;
-}
-
-double Detector::Impl::Sigma(const SeriesState& s) const {
-  const double rel = s.traits.sigma_floor_rel >= 0
-                         ? s.traits.sigma_floor_rel
-                         : opt.baseline.sigma_floor_rel;
-  return std::max(
-      {s.spread, rel * std::fabs(s.level), s.traits.sigma_floor, 1e-12});
 }
 
 void Detector::Impl::Adapt(SeriesState& s, double x, bool bad) {

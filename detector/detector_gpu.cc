@@ -176,17 +176,24 @@ Sustain::Edge ObservePeer(const PeerCheck& c, PeerTrack& t, double* noise,
   // The change of white noise of sd sigma has a mean |change| of
   // 2 / sqrt(pi) sigma.
   const double sigma = std::isfinite(*noise) ? *noise / 1.128 : 0;
-  const double need = po.noise_z * sigma / c.margin;
-  const int window =
-      sigma * po.noise_switch_z <= c.margin
-          ? po.sustain.window
-          : std::clamp(static_cast<int>(std::ceil(need * need)),
-                       po.sustain.window, po.max_average_samples);
-  const double alpha = 2.0 / (window + 1);
-  t.average = std::isnan(t.average)
-                  ? c.residual
-                  : t.average + alpha * (c.residual - t.average);
-  ++t.samples;
+  int window = po.sustain.window;
+  if (sigma * po.noise_switch_z > c.margin) {
+    const double need = po.noise_z * sigma / c.margin;
+    window = std::clamp(static_cast<int>(need * need) + 1, po.sustain.window,
+                        po.max_average_samples);
+  }
+  // The average is kept only while the job is noisy (and restarts when it
+  // becomes so): quiet jobs judge each sample.
+  if (window > po.sustain.window) {
+    const double alpha = 2.0 / (window + 1);
+    t.average = std::isnan(t.average)
+                    ? c.residual
+                    : t.average + alpha * (c.residual - t.average);
+    ++t.samples;
+  } else {
+    t.average = kNaN;
+    t.samples = 0;
+  }
   SustainOptions so = po.sustain;
   double value = c.residual;
   bool valid = true;

@@ -288,9 +288,28 @@ struct Detector::Impl {
                 uint32_t dense, double value);
 
   // detector_baseline.cc
-  bool Learn(detector_internal::SeriesState& s, double x);
+  // Counts sample `x` of `s` and learns from it while `s` learns; true
+  // when a band is in use (learned, early or inherited).
+  bool Learn(detector_internal::SeriesState& s, double x) {
+    if (s.learned()) {  // the common case, kept inline
+      ++s.evaluated;
+      return true;
+    }
+    return LearnSample(s, x);
+  }
+  bool LearnSample(detector_internal::SeriesState& s, double x);
   void Adapt(detector_internal::SeriesState& s, double x, bool bad);
-  double Sigma(const detector_internal::SeriesState& s) const;
+  // The series' sigma with its floors.
+  double Sigma(const detector_internal::SeriesState& s) const {
+    const double rel = s.traits.sigma_floor_rel >= 0
+                           ? s.traits.sigma_floor_rel
+                           : opt.baseline.sigma_floor_rel;
+    const double a = s.spread > s.traits.sigma_floor ? s.spread
+                                                     : s.traits.sigma_floor;
+    const double b = rel * (s.level < 0 ? -s.level : s.level);
+    const double m = a > b ? a : b;
+    return m > 1e-12 ? m : 1e-12;
+  }
   void Baseline(detector_internal::SeriesState& s, uint32_t dense, double x);
   void Throughput(detector_internal::SeriesState& s, uint32_t dense, double x);
   void StepSlowdown(detector_internal::SeriesState& s, uint32_t dense,
@@ -370,6 +389,7 @@ struct Detector::Impl {
   std::vector<detector_internal::SeriesState> series;
   std::vector<SeriesKey> keys;  // by dense index
   std::vector<uint32_t> free_series;
+  std::vector<uint32_t> forgotten;  // ids freed since TakeForgotten
   std::vector<detector_internal::SeriesAux> aux;
   std::vector<uint32_t> free_aux;
   std::vector<detector_internal::NodeState> nodes;

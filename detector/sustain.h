@@ -2,7 +2,6 @@
 #ifndef VIGIL_DETECTOR_SUSTAIN_H_
 #define VIGIL_DETECTOR_SUSTAIN_H_
 
-#include <bit>
 #include <cstdint>
 
 #include "detector/options.h"
@@ -19,11 +18,16 @@ class Sustain {
   // (inside the clear band). kRaised once `need` of the last `window`
   // observations were beyond; kCleared after `clear` consecutive calm ones.
   Edge Observe(bool beyond, bool calm, const SustainOptions& o) {
+    // A running count of the set bits of the window (cheaper than a
+    // popcount, which is a library call without -mpopcnt).
+    const int window = o.window >= 64 ? 64 : o.window;
+    count_ -= static_cast<int16_t>((mask_ >> (window - 1)) & 1);
     const uint64_t keep =
-        o.window >= 64 ? ~uint64_t{0} : (uint64_t{1} << o.window) - 1;
+        window >= 64 ? ~uint64_t{0} : (uint64_t{1} << window) - 1;
     mask_ = ((mask_ << 1) | (beyond ? 1 : 0)) & keep;
+    count_ += beyond ? 1 : 0;
     if (!raised_) {
-      if (std::popcount(mask_) >= o.need) {
+      if (count_ >= o.need) {
         raised_ = true;
         calm_ = 0;
         return Edge::kRaised;
@@ -34,6 +38,7 @@ class Sustain {
     if (calm_ >= o.clear) {
       raised_ = false;
       mask_ = 0;
+      count_ = 0;
       calm_ = 0;
       return Edge::kCleared;
     }
@@ -41,13 +46,17 @@ class Sustain {
   }
 
   // Forgets the history (the raised state is kept).
-  void ResetWindow() { mask_ = 0; }
+  void ResetWindow() {
+    mask_ = 0;
+    count_ = 0;
+  }
   // Whether the condition is raised.
   bool raised() const { return raised_; }
 
  private:
   uint64_t mask_ = 0;
   int32_t calm_ = 0;
+  int16_t count_ = 0;  // set bits of mask_
   bool raised_ = false;
 };
 

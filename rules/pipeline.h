@@ -31,6 +31,11 @@ class DetectionPipeline : private JobContextSource {
   absl::Status RegisterSeries(uint32_t id, const SeriesKey& key);
   // True if `id` was registered.
   bool HasSeries(uint32_t id) const;
+  // Series the detector forgot since the last call (Detector::
+  // TakeForgotten).
+  void TakeForgotten(std::vector<uint32_t>* ids) {
+    detector_.TakeForgotten(ids);
+  }
 
   // Moves detection time to `now` (liveness checks; the frame counts as a
   // sign of life at `now`), consumes the frame, and appends the incident

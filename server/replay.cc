@@ -82,6 +82,9 @@ struct Replayer::Impl {
   // Parses `line` into the frame scratch, registering new series. Returns
   // "" or why the line is bad.
   std::string Parse(std::string_view line);
+  // Parses a frame's "job_end" into end_job/end_step/end_reason; "" or why
+  // it is bad. Out of line: rare, and kept out of Parse's hot loop.
+  std::string ParseJobEnd(simdjson::dom::element value);
   // The series id of a sample of `table`, registering it on first sight.
   absl::StatusOr<uint32_t> SeriesId(NodeTable* table, std::string_view metric,
                                     std::optional<int64_t> gpu,
@@ -109,6 +112,8 @@ struct Replayer::Impl {
   // resumed job's series are registered again).
   std::vector<int64_t> seen_in_line;
   std::vector<SeriesKey> keys;
+  std::vector<uint8_t> registered;  // by id: the detector knows it
+  std::vector<uint32_t> forgotten;
   uint32_t next_id = 0;
   double newest_ts = -std::numeric_limits<double>::infinity();
 
@@ -148,8 +153,39 @@ absl::StatusOr<uint32_t> Replayer::Impl::SeriesId(NodeTable* t,
   t->ids.emplace(scratch_key, id);
   seen_in_line.push_back(-1);
   keys.push_back(std::move(key));
+  registered.push_back(1);
   ++stats.series;
   return id;
+}
+
+__attribute__((noinline)) std::string Replayer::Impl::ParseJobEnd(
+    simdjson::dom::element value) {
+  if (value.is_null()) return "";
+  simdjson::dom::object end;
+  if (value.get_object().get(end)) return "\"job_end\" must be an object";
+  for (auto [ek, ev] : end) {
+    if (ek == "job") {
+      if (ev.get_string().get(end_job) || end_job.empty()) {
+        return "\"job_end.job\" must be a non-empty string";
+      }
+    } else if (ek == "step") {
+      if (ev.is_null()) continue;
+      int64_t s;
+      if (ev.get_int64().get(s)) return "\"job_end.step\" must be an integer";
+      end_step = s;
+    } else if (ek == "reason") {
+      if (ev.is_null()) continue;
+      if (ev.get_string().get(end_reason)) {
+        return "\"job_end.reason\" must be a string";
+      }
+    }
+  }
+  if (end_job.empty()) return "\"job_end\" needs \"job\"";
+  if (end_job.size() > kMaxLabelValueLength) {
+    return absl::StrCat("\"job_end.job\" must be at most ",
+                        kMaxLabelValueLength, " bytes");
+  }
+  return "";
 }
 
 std::string Replayer::Impl::Parse(std::string_view line) {
@@ -202,31 +238,7 @@ std::string Replayer::Impl::Parse(std::string_view line) {
       if (value.get_array().get(a)) return "\"samples\" must be an array";
       samples = a;
     } else if (key == "job_end") {
-      if (value.is_null()) continue;
-      simdjson::dom::object end;
-      if (value.get_object().get(end)) return "\"job_end\" must be an object";
-      for (auto [ek, ev] : end) {
-        if (ek == "job") {
-          if (ev.get_string().get(end_job) || end_job.empty()) {
-            return "\"job_end.job\" must be a non-empty string";
-          }
-        } else if (ek == "step") {
-          if (ev.is_null()) continue;
-          int64_t s;
-          if (ev.get_int64().get(s)) return "\"job_end.step\" must be an integer";
-          end_step = s;
-        } else if (ek == "reason") {
-          if (ev.is_null()) continue;
-          if (ev.get_string().get(end_reason)) {
-            return "\"job_end.reason\" must be a string";
-          }
-        }
-      }
-      if (end_job.empty()) return "\"job_end\" needs \"job\"";
-      if (end_job.size() > kMaxLabelValueLength) {
-        return absl::StrCat("\"job_end.job\" must be at most ",
-                            kMaxLabelValueLength, " bytes");
-      }
+      if (std::string e = ParseJobEnd(value); !e.empty()) return e;
     }
   }
   if (!frame_ts) return "missing \"ts\"";
@@ -328,7 +340,10 @@ void Replayer::Impl::Line(std::string_view line) {
   ++stats.frames;
   stats.samples += static_cast<int64_t>(ids.size());
   for (uint32_t id : ids) {
-    if (!pipeline.HasSeries(id)) (void)pipeline.RegisterSeries(id, keys[id]);
+    if (!registered[id]) {
+      (void)pipeline.RegisterSeries(id, keys[id]);
+      registered[id] = true;
+    }
   }
   FrameView frame;
   frame.node = table->node;
@@ -342,6 +357,11 @@ void Replayer::Impl::Line(std::string_view line) {
   frame.job_end.reason = end_reason;
   updates.clear();
   pipeline.ProcessFrame(frame, &updates);
+  // Series of runs that ended long ago are forgotten by the detector; a
+  // run that comes back registers them again.
+  forgotten.clear();
+  pipeline.TakeForgotten(&forgotten);
+  for (uint32_t id : forgotten) registered[id] = false;
   for (const IncidentUpdate& u : updates) {
     if (u.type == UpdateType::kOpened) ++stats.incidents;
     if (u.type == UpdateType::kSeverityRaised) ++stats.severity_rises;
