@@ -24,7 +24,9 @@ export const USERS = {
 // GPU 3 loses its cooling FAULT_AT seconds after the start, and a healthy
 // job "bert-finetune" on n101. Measured on a 2-core box: with learn_steps 5,
 // --start-step 1000 (past the detector's 200-step LR warm-up, which would
-// otherwise keep every series out of learning) and a 0.25 s interval, the
+// otherwise keep every series out of learning), rewarm_seconds 0 (a run
+// first seen mid-training is treated as a resume, which re-warms for 90 s
+// by default before learning) and a 0.25 s interval, the
 // baselines are learned ~8 s after the start (5 steps of ~1.7 s, and the
 // 30 samples the detector needs at least); the GPU then warms ~0.2 C/s and
 // crosses its learned band (mean + 3 x 2.5 C floor) ~14 s after the fault:
@@ -131,7 +133,7 @@ export async function startCluster(opts = {}) {
     data_dir: join(work, 'data'),
     grpc_listen: '127.0.0.1:0',
     http_listen: '127.0.0.1:0',
-    detection: { learn_steps: opts.learnSteps ?? 5 },
+    detection: { learn_steps: opts.learnSteps ?? 5, rewarm_seconds: 0 },
     auth: {
       anonymous_read: false,
       tokens: Object.values(USERS).map((u) => ({ name: u.name, role: u.role, sha256: sha(u.token) })),
