@@ -514,6 +514,11 @@ void IncidentEngine::Impl::Refresh(Tracked& t) {
       }
     }
   }
+  // A job-wide finding that names its nodes (job_unreachable) keeps them.
+  if (t.inc.node.empty() && t.inc.nodes.empty() &&
+      t.primary.nodes.size() > 1) {
+    t.inc.nodes = t.primary.nodes;
+  }
   // Responses: every matched rule's, in enum order.
   std::set<Response> responses;
   for (const auto& [key, c] : t.conditions) {
