@@ -115,6 +115,8 @@ absl::Status DetectionService::Start() {
   const double first_tick = options_.clock->Now() + options_.tick_seconds;
   if (options_.live)
     tick_thread_ = std::thread([this, first_tick] { TickLoop(first_tick); });
+  if (options_.live && options_.job_state && options_.scheduler_poll_seconds > 0)
+    scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
   return absl::OkStatus();
 }
 
@@ -126,6 +128,7 @@ void DetectionService::Stop() {
   }
   tick_cv_.notify_all();
   tick_thread_.join();
+  if (scheduler_thread_.joinable()) scheduler_thread_.join();
   if (options_.snapshot_seconds > 0) (void)Snapshot();
 }
 
@@ -208,9 +211,80 @@ void DetectionService::OnFrame(const FrameView& frame) {
 
 void DetectionService::AdvanceTime(double now) {
   if (!options_.live) return;
+  bool awaiting = false;
+  {
+    std::lock_guard<std::mutex> l(pipeline_mu_);
+    if (!seen_frame_) return;
+    pipeline_.AdvanceTime(now, &updates_);
+    if (!updates_.empty()) Publish(updates_);
+    awaiting = options_.job_state && !pipeline_.JobsAwaitingScheduler().empty();
+  }
+  if (awaiting) {
+    {
+      std::lock_guard<std::mutex> l(tick_mu_);
+      ask_now_ = true;
+    }
+    tick_cv_.notify_all();
+  }
+}
+
+void DetectionService::SchedulerLoop() {
+  Clock& clock = *options_.clock;
+  std::unique_lock<std::mutex> lock(tick_mu_);
+  double next = clock.Now() + options_.scheduler_poll_seconds;
+  while (!stopping_) {
+    if (!ask_now_) clock.WaitUntil(lock, tick_cv_, next);
+    if (stopping_) break;
+    if (!ask_now_ && clock.Now() < next) continue;
+    ask_now_ = false;
+    next = clock.Now() + options_.scheduler_poll_seconds;
+    lock.unlock();
+    AskScheduler();
+    lock.lock();
+  }
+}
+
+void DetectionService::AskScheduler() {
+  std::vector<std::string> jobs;
+  {
+    std::lock_guard<std::mutex> l(pipeline_mu_);
+    jobs = pipeline_.RunningJobs();
+    for (std::string& j : pipeline_.JobsAwaitingScheduler()) {
+      if (std::find(jobs.begin(), jobs.end(), j) == jobs.end()) {
+        jobs.push_back(std::move(j));
+      }
+    }
+  }
+  if (jobs.empty()) return;
+  scheduler_queries_.fetch_add(1);
+  absl::StatusOr<std::vector<SchedulerJobStatus>> answer =
+      options_.job_state(jobs);
+  if (!answer.ok()) {
+    // No word from the scheduler: stops are read from the frames alone
+    // once the wait (LifecycleOptions::await_scheduler_s) is over.
+    if (scheduler_errors_.fetch_add(1) % 100 == 0) {
+      std::fprintf(stderr, "vigil-server: scheduler query failed: %s\n",
+                   std::string(answer.status().message()).c_str());
+    }
+    return;
+  }
   std::lock_guard<std::mutex> l(pipeline_mu_);
-  if (!seen_frame_) return;
-  pipeline_.AdvanceTime(now, &updates_);
+  const double now = options_.clock->Now();
+  for (const SchedulerJobStatus& job : *answer) {
+    switch (job.state) {
+      case SchedulerJobState::kRunning:
+        pipeline_.SetJobState(job.job, JobRunState::kRunning, now, &updates_);
+        break;
+      case SchedulerJobState::kEnded:
+      case SchedulerJobState::kPending:    // requeued: this run is over
+      case SchedulerJobState::kSuspended:  // paused: it will resume
+        pipeline_.SetJobState(job.job, JobRunState::kEnded, now, &updates_);
+        break;
+      case SchedulerJobState::kNotFound:
+      case SchedulerJobState::kUnknown:
+        break;  // no conclusion: the frames decide
+    }
+  }
   if (!updates_.empty()) Publish(updates_);
 }
 
@@ -367,6 +441,8 @@ DetectionCounters DetectionService::counters() const {
     c.updates[i] = updates_by_type_[i].load();
   c.persist_errors = persist_errors_.load();
   c.unreadable = unreadable_;
+  c.scheduler_queries = scheduler_queries_.load();
+  c.scheduler_errors = scheduler_errors_.load();
   c.snapshots = snapshots_.load();
   c.snapshot_errors = snapshot_errors_.load();
   c.snapshot_bytes = snapshot_bytes_.load();

@@ -32,6 +32,7 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -53,9 +54,16 @@
 #include "rules/rule.h"
 #include "server/frame_observer.h"
 #include "server/incident_listener.h"
+#include "server/scheduler_query.h"
 #include "storage/series_store.h"
 
 namespace vigil {
+
+// Asks the scheduler the state of jobs (SchedulerQuery::Query, or a fake
+// in tests); called from the service's scheduler thread only.
+using JobStateQuery =
+    std::function<absl::StatusOr<std::vector<SchedulerJobStatus>>(
+        const std::vector<std::string>& jobs)>;
 
 // What DetectionService needs. Pointers are not owned and must outlive it.
 struct DetectionOptions {
@@ -73,6 +81,15 @@ struct DetectionOptions {
   // Seconds of clock time between snapshots of what detection has learned
   // (and one at Stop()); 0 disables them.
   double snapshot_seconds = 60;
+  // The scheduler, the source of truth on jobs' lives (empty: none). Every
+  // scheduler_poll_seconds, and at once when the nodes of a job all
+  // stopped reporting, the jobs that report (and those waiting) are asked
+  // about: running ones whose nodes all stop are job_unreachable (P1);
+  // ended, requeued (pending) or suspended ones end on every node, never a
+  // fault. Set detector.lifecycle.await_scheduler_s for how long a stop
+  // waits for the answer.
+  JobStateQuery job_state;
+  double scheduler_poll_seconds = 15;
 };
 
 // Which incidents ListIncidents returns; every set condition must hold.
@@ -110,6 +127,9 @@ struct DetectionCounters {
   uint64_t persist_errors = 0;
   // Stored incidents skipped at Start() because their events are unreadable.
   uint64_t unreadable = 0;
+  // Scheduler queries made and failed (DetectionOptions::job_state).
+  uint64_t scheduler_queries = 0;
+  uint64_t scheduler_errors = 0;
   // Snapshots of the learned state written, failed, their last size, and
   // whether Start() took one back.
   uint64_t snapshots = 0;
@@ -192,6 +212,11 @@ class DetectionService : public FrameObserver {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
   // The tick thread's loop; the first tick is due at `first_tick`.
   void TickLoop(double first_tick);
+  // The scheduler thread's loop: asks about the jobs that report.
+  void SchedulerLoop();
+  // Asks the scheduler about the jobs that report (or wait for it) and
+  // tells the pipeline. Errors are counted.
+  void AskScheduler();
 
   const DetectionOptions options_;
 
@@ -225,6 +250,11 @@ class DetectionService : public FrameObserver {
   bool stopping_ ABSL_GUARDED_BY(tick_mu_) = false;
   bool started_ = false;
   std::thread tick_thread_;
+  // The scheduler thread waits on tick_cv_ too; woken early when a job
+  // waits for the scheduler's word.
+  bool ask_now_ ABSL_GUARDED_BY(tick_mu_) = false;
+  std::thread scheduler_thread_;
+  std::atomic<uint64_t> scheduler_queries_{0}, scheduler_errors_{0};
 };
 
 }  // namespace vigil

@@ -330,6 +330,13 @@ void HttpApi::InstallHandlers() {
     AppendFamily(&out, "vigil_incidents_unreadable", "gauge",
                  "Stored incidents skipped at startup as unreadable.");
     AppendSample(&out, "vigil_incidents_unreadable", d.unreadable);
+    AppendFamily(&out, "vigil_scheduler_queries_total", "counter",
+                 "Job-state queries to the scheduler (through vigil-actuator).");
+    AppendSample(&out, "vigil_scheduler_queries_total", d.scheduler_queries);
+    AppendFamily(&out, "vigil_scheduler_query_errors_total", "counter",
+                 "Job-state queries that failed.");
+    AppendSample(&out, "vigil_scheduler_query_errors_total",
+                 d.scheduler_errors);
     AppendFamily(&out, "vigil_detection_snapshots_total", "counter",
                  "Snapshots of learned baselines written to the store.");
     AppendSample(&out, "vigil_detection_snapshots_total", d.snapshots);

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include "server/scheduler_query.h"
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -132,6 +134,24 @@ absl::Status VigilServer::Start() {
   detection_options.rules = std::move(rules);
   detection_options.live = options_.detection_enabled;
   detection_options.snapshot_seconds = options_.detection_snapshot_seconds;
+  // With an actuator, the scheduler is the source of truth on jobs' lives.
+  std::unique_ptr<SchedulerQuery> scheduler;
+  if (!options_.actuator.url.empty() && options_.scheduler_poll_seconds > 0 &&
+      options_.detection_enabled) {
+    absl::StatusOr<SchedulerQueryOptions> query_options =
+        SchedulerQueryOptionsFrom(options_.actuator);
+    if (!query_options.ok()) return query_options.status();
+    query_options->transport = transport_;
+    VIGIL_ASSIGN_OR_RETURN(scheduler,
+                           SchedulerQuery::Create(*query_options, *clock_));
+    SchedulerQuery* query = scheduler.get();
+    detection_options.job_state = [query](const std::vector<std::string>& jobs) {
+      return query->Query(jobs);
+    };
+    detection_options.scheduler_poll_seconds = options_.scheduler_poll_seconds;
+    detection_options.detector.lifecycle.await_scheduler_s =
+        options_.await_scheduler_seconds;
+  }
   auto detection = std::make_unique<DetectionService>(detection_options);
 
   EscalationServiceOptions escalation_options;
@@ -208,6 +228,7 @@ absl::Status VigilServer::Start() {
   }
 
   store_ = std::move(store);
+  scheduler_ = std::move(scheduler);
   detection_ = std::move(detection);
   escalation_ = std::move(escalation);
   changes_ = std::move(changes);

@@ -20,6 +20,8 @@ class Server;
 
 namespace vigil {
 
+class SchedulerQuery;
+
 class DetectionService;
 class EscalationService;
 class EventHub;
@@ -77,6 +79,9 @@ class VigilServer {
   const std::unique_ptr<Authenticator> authenticator_;
   IngestMetrics metrics_;
   std::unique_ptr<SeriesStore> store_;
+  // Job-state queries to the scheduler (null without an actuator); used by
+  // detection_, so declared before it.
+  std::unique_ptr<SchedulerQuery> scheduler_;
   std::unique_ptr<DetectionService> detection_;
   std::unique_ptr<EscalationService> escalation_;
   // Incident changes for the web UI's live pages.
