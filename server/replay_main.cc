@@ -2,7 +2,7 @@
 // time taken from the frames, and writes one JSON line per incident raised
 // (and per severity rise or reopening). See server/replay.h for the formats.
 //
-//   vigil-replay --input FRAMES.jsonl --output INCIDENTS.jsonl [--rules FILE]
+//   vigil-replay --input FRAMES.jsonl|- --output INCIDENTS.jsonl|- [--rules FILE]
 //
 // Bad input lines go to stderr as "line N: reason" and are skipped; a
 // summary follows at the end. Exit status: 0 done (bad lines included),
@@ -78,13 +78,17 @@ int main(int argc, char** argv) {
     options.rules = std::move(*rules);
   }
 
-  std::FILE* in = std::fopen(flags["input"].c_str(), "rb");
+  // "-": standard input (vigil-sim ... --output - | vigil-replay --input -).
+  std::FILE* in = flags["input"] == "-" ? stdin
+                                        : std::fopen(flags["input"].c_str(), "rb");
   if (in == nullptr) {
     std::fprintf(stderr, "vigil-replay: cannot open %s\n",
                  flags["input"].c_str());
     return 1;
   }
-  std::FILE* out = std::fopen(flags["output"].c_str(), "wb");
+  std::FILE* out = flags["output"] == "-"
+                       ? stdout
+                       : std::fopen(flags["output"].c_str(), "wb");
   if (out == nullptr) {
     std::fprintf(stderr, "vigil-replay: cannot create %s\n",
                  flags["output"].c_str());
