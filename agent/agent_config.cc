@@ -66,11 +66,15 @@ void ParseCollectors(const Json& j, JsonConfigReader& r, AgentConfig* c) {
     r.StringList(*s, "collectors.disk", "devices", &c->disk.devices);
   }
   section("cpu", {}, &c->cpu.enabled);
-  if (const Json* s = section("training", {"socket", "stale_seconds"},
+  if (const Json* s = section("training",
+                              {"socket", "stale_seconds",
+                               "disconnect_grace_seconds"},
                               &c->training.enabled)) {
     r.String(*s, "collectors.training", "socket", &c->training.socket);
     r.Positive(*s, "collectors.training", "stale_seconds", 1, 86400,
                &c->training.stale_seconds);
+    r.Positive(*s, "collectors.training", "disconnect_grace_seconds", 1, 3600,
+               &c->training.disconnect_grace_seconds);
     if (c->training.socket.empty())
       r.Error("collectors.training.socket", "must not be empty");
   }

@@ -63,6 +63,9 @@ struct TrainingConfig {
   std::string socket = "/run/vigil/train.sock";
   // A rank's readings stop counting this long after its last message.
   double stale_seconds = 300;
+  // A rank whose connections all closed stops counting after this long
+  // without reconnecting: its job ended on the node (Tick::job_end).
+  double disconnect_grace_seconds = 5;
 };
 
 // Everything vigil-agent is configured with.

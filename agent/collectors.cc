@@ -54,6 +54,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Collector>>> MakeCollectors(
     TrainingCollectorOptions o;
     o.socket_path = config.training.socket;
     o.staleness_seconds = config.training.stale_seconds;
+    o.disconnect_grace_seconds = config.training.disconnect_grace_seconds;
     o.clock = clock;
     out.push_back(std::make_unique<TrainingCollector>(std::move(o)));
   }
