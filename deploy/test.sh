@@ -25,7 +25,8 @@ ctest --test-dir "$root/build" --output-on-failure -j2 --timeout 600
 if [ $sanitize != none ]; then
   echo "== build (ASan+UBSan, $sanitize)"
   targets=()
-  [ $sanitize = some ] && targets=(common_test storage_test detector_test rules_test replay_test
+  [ $sanitize = some ] && targets=(common_test storage_test detector_test detector_lifecycle_test
+                                    rules_test replay_test
                                     escalation_test notify_test agent_host_test
                                     agent_training_test agent_nvml_test)
   # -O1: sanitizer builds compile faster; ASan and UBSan checks do not need -O2.
