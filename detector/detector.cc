@@ -323,9 +323,7 @@ void Detector::Impl::Activate(uint32_t idx, const FrameView& frame) {
 
 void Detector::Impl::StartRun(NodeState& n, JobState& j,
                               const FrameView& frame) {
-  n.run_start_ts = frame.ts;
-  n.run_start_step = frame.step ? *frame.step : kNoStep;
-  n.rewarm = true;
+  BeginRewarm(n, frame.ts, frame.step ? *frame.step : kNoStep);
   n.silent = false;
   n.step = kNoStep;
   n.in_dip = false;
@@ -338,15 +336,11 @@ void Detector::Impl::StartRun(NodeState& n, JobState& j,
     j.last_checkpoint_ts = kNaN;
     j.hang_raised = false;
     j.has_steps = false;
+    j.progressed = false;
     j.last_progress_ts = kNaN;
     j.awaiting_since = kNaN;
     j.unreachable_raised = false;
     j.peak_nodes = 0;
-  }
-  for (uint32_t g : n.gpus) {
-    GpuState& gs = gpus[g];
-    gs.mem_fit = EwLineFit();
-    gs.mem_fit_start = kNaN;
   }
   // The node's counters moved on while it ran other jobs: the first frame
   // of this run is their new starting point, not an increase.
@@ -357,6 +351,29 @@ void Detector::Impl::StartRun(NodeState& n, JobState& j,
   int live = 0;
   for (uint32_t p : j.nodes) live += nodes[p].retired || nodes[p].ended ? 0 : 1;
   j.peak_nodes = std::max(j.peak_nodes, live);
+}
+
+void Detector::Impl::BeginRewarm(NodeState& n, double at, int64_t at_step) {
+  n.rewarm = true;
+  n.run_start_ts = at;
+  n.run_start_step = at_step;
+  for (uint32_t g : n.gpus) {
+    gpus[g].mem_fit = EwLineFit();
+    gpus[g].mem_fit_start = kNaN;
+  }
+  // The loss comes back at the checkpoint's value, above where the trend
+  // had gone: the trend restarts from the first sample after the re-warm.
+  for (uint32_t d : n.series) {
+    SeriesState& s = series[d];
+    if (!s.traits.trending) continue;
+    s.level = kNaN;
+    s.sustain = Sustain();
+    if (s.aux != kNone) {
+      aux[s.aux].prev = kNaN;
+      aux[s.aux].diff_count = 0;
+      aux[s.aux].osc = Sustain();
+    }
+  }
 }
 
 void Detector::Impl::Bind(SeriesState& s, uint32_t node) {

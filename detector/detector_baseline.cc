@@ -212,6 +212,11 @@ void Detector::Impl::Adapt(SeriesState& s, double x, bool bad) {
 
 void Detector::Impl::Baseline(SeriesState& s, uint32_t dense, double x) {
   if (!Learn(s, x)) return;
+  if (std::isnan(s.level)) {
+    // A trending series' level restarts after a re-warm (BeginRewarm).
+    s.level = x;
+    return;
+  }
   const BaselineOptions& bo = opt.baseline;
   const double sigma = Sigma(s);
   const double k = bo.k_sigma * s.widen, k_clear = bo.k_clear * s.widen;

@@ -163,19 +163,26 @@ constexpr int kNormalWindow = 360;
 
 // Observes `c` on `t`; returns the edge and sets `judged` to the residual
 // judged (the instant one, or its average in a noisy job). `noise` is the
-// job's EWMA of the residual's sample-to-sample change, updated here.
-Sustain::Edge ObservePeer(const PeerCheck& c, PeerTrack& t, double* noise,
+// job's estimate of the residual's sample-to-sample change, updated here;
+// until it has seen PeerOptions::noise_min_updates changes nothing is
+// raised (a resumed or new job's first minutes would otherwise be judged
+// as a quiet job's).
+Sustain::Edge ObservePeer(const PeerCheck& c, PeerTrack& t,
+                          detector_internal::PeerNoise* noise,
                           const PeerOptions& po, double* judged) {
   if (std::isfinite(t.last)) {
     // Robust: one jump (a phase change, a fault's onset) moves it little.
     double change = std::fabs(c.residual - t.last);
-    if (std::isfinite(*noise)) change = std::min(change, 3 * *noise);
-    *noise = std::isnan(*noise) ? change : *noise + 0.01 * (change - *noise);
+    if (std::isfinite(noise->mean)) change = std::min(change, 3 * noise->mean);
+    noise->mean = std::isnan(noise->mean)
+                      ? change
+                      : noise->mean + 0.01 * (change - noise->mean);
+    ++noise->updates;
   }
   t.last = c.residual;
   // The change of white noise of sd sigma has a mean |change| of
   // 2 / sqrt(pi) sigma.
-  const double sigma = std::isfinite(*noise) ? *noise / 1.128 : 0;
+  const double sigma = std::isfinite(noise->mean) ? noise->mean / 1.128 : 0;
   int window = po.sustain.window;
   if (sigma * po.noise_switch_z > c.margin) {
     const double need = po.noise_z * sigma / c.margin;
@@ -205,7 +212,8 @@ Sustain::Edge ObservePeer(const PeerCheck& c, PeerTrack& t, double* noise,
     so.clear = std::max(so.clear, window);
   }
   *judged = value;
-  bool beyond = value <= c.raise, calm = value > c.calm;
+  bool beyond = value <= c.raise && noise->updates >= po.noise_min_updates;
+  bool calm = value > c.calm;
   if (c.own_normal && valid) {
     if (t.normal_samples >= kNormalMin) {
       const double fall = value - t.normal;

@@ -131,6 +131,14 @@ struct PeerTrack {
   Sustain sustain;
 };
 
+// A job's sample-to-sample noise of one peer residual: an EWMA of its
+// |change| and how many changes it has seen (a young estimate is no
+// judge of what is noise).
+struct PeerNoise {
+  double mean = kNaN;
+  int32_t updates = 0;
+};
+
 // One GPU of one node.
 struct GpuState {
   uint32_t node = kNone;
@@ -223,9 +231,12 @@ struct JobState {
   int64_t frames_since_peers = 0;
   double med_power = kNaN, med_clock = kNaN, med_nvlink = kNaN;
   int n_power = 0, n_clock = 0, n_nvlink = 0;
-  // Sample-to-sample noise of the residuals (mean |change|), per metric.
-  double noise_power = kNaN, noise_clock = kNaN, noise_nvlink = kNaN;
+  // Sample-to-sample noise of the residuals, per metric.
+  PeerNoise noise_power, noise_clock, noise_nvlink;
   bool has_steps = false;
+  // The run's step has moved at least once (before that, a slow first step
+  // - compiling, loading, NCCL setup - is not a hang).
+  bool progressed = false;
   bool hang_raised = false;
   double last_progress_ts = kNaN;
   double last_frame_ts = kNaN;
@@ -276,6 +287,10 @@ struct Detector::Impl {
   void Activate(uint32_t idx, const FrameView& frame);
   void StartRun(detector_internal::NodeState& n,
                 detector_internal::JobState& j, const FrameView& frame);
+  // Starts node `n`'s re-warm at time `at` and step `at_step` (kNoStep when
+  // none): a new run, or a restart in place from a checkpoint. What the
+  // process rebuilds (its memory working set, its loss trend) starts afresh.
+  void BeginRewarm(detector_internal::NodeState& n, double at, int64_t at_step);
   void Bind(detector_internal::SeriesState& s, uint32_t node);
   void Ingest(detector_internal::SeriesState& s, uint32_t node, double x);
   void UpdatePhase(detector_internal::NodeState& n,

@@ -78,13 +78,7 @@ void Detector::Impl::OnFrameTime(NodeState& n, JobState& j, uint32_t node,
     n.step_moved = true;
     if (step_now < n.step - 1 && !n.rewarm) {
       // Restarted in place from a checkpoint: the process warms up again.
-      n.rewarm = true;
-      n.run_start_ts = ts;
-      n.run_start_step = step_now;
-      for (uint32_t g : n.gpus) {
-        gpus[g].mem_fit = EwLineFit();
-        gpus[g].mem_fit_start = kNaN;
-      }
+      BeginRewarm(n, ts, step_now);
     }
     if (j.hang_raised) {
       j.hang_raised = false;
@@ -92,10 +86,12 @@ void Detector::Impl::OnFrameTime(NodeState& n, JobState& j, uint32_t node,
                         seen - j.last_progress_ts);
       a.job = j.name;
       a.step = step_now;
-    } else {
+    } else if (j.progressed) {
+      // (A slow first step is no measure of the job's stalls.)
       j.longest_stall_s =
           std::max(j.longest_stall_s, seen - j.last_progress_ts);
     }
+    j.progressed = true;
     j.last_progress_ts = seen;
   } else if (n.step == kNoStep) {
     n.step_moved = true;
@@ -161,14 +157,29 @@ void Detector::Impl::ScanJob(uint32_t jj, double now) {
   if (pending > 0 && overdue < wait) return;
   if (live == 0 && j.has_steps) {
     // No node of the job reports on. Did they stop at one step?
+    // Their last frames are up to group_wait_intervals apart: so are
+    // their steps.
     int64_t lo_step = std::numeric_limits<int64_t>::max(), hi_step = kNoStep;
+    double steps_per_interval = 0;
     for (uint32_t p : quiet) {
-      if (nodes[p].step == kNoStep) continue;
-      lo_step = std::min(lo_step, nodes[p].step);
-      hi_step = std::max(hi_step, nodes[p].step);
+      const NodeState& n = nodes[p];
+      if (n.step == kNoStep) continue;
+      lo_step = std::min(lo_step, n.step);
+      hi_step = std::max(hi_step, n.step);
+      const double ran = n.last_seen - n.run_start_ts;
+      if (n.run_start_step != kNoStep && n.step > n.run_start_step &&
+          ran > 0 && std::isfinite(n.interval)) {
+        steps_per_interval =
+            std::max(steps_per_interval,
+                     (n.step - n.run_start_step) * n.interval / ran);
+      }
     }
     const bool together =
-        hi_step == kNoStep || hi_step - lo_step <= lc.end_step_tolerance;
+        hi_step == kNoStep ||
+        hi_step - lo_step <=
+            lc.end_step_tolerance +
+                static_cast<int64_t>(std::ceil(lc.group_wait_intervals *
+                                               steps_per_interval));
     if (together) {
       if (j.scheduler == SchedulerView::kRunning &&
           j.scheduler_ts >= stop_ts) {
@@ -269,6 +280,7 @@ void Detector::Impl::ScanHang(JobState& j, double now) {
   if (j.benign_phase_ts >= j.last_progress_ts) {
     timeout = std::max(timeout, lo.hang_benign_phase_max_s);
   }
+  if (!j.progressed) timeout = std::max(timeout, lo.hang_first_step_s);
   if (stalled <= timeout) return;
   j.hang_raised = true;
   // Evidence: a hung collective leaves power near idle and NVLink quiet.

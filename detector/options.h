@@ -169,6 +169,11 @@ struct PeerOptions {
   double clock_margin = 0.10;
   double nvlink_margin = 0.15;
   int max_average_samples = 300;
+  // The noise estimate (an EWMA of weight 0.01) judges nothing before it
+  // has seen this many changes (two time constants, summed over the job's
+  // GPUs): a new, resumed or restored job's first frames would otherwise
+  // make a noisy job look quiet and judge its swings sample by sample.
+  int noise_min_updates = 200;
   // NVML clock-event reasons that are faults: 0x08 HW slowdown, 0x20 SW
   // thermal, 0x40 HW thermal, 0x80 HW power brake (0x04 SW power cap is the
   // normal state of a busy card).
@@ -194,6 +199,9 @@ struct LifecycleOptions {
   // silence limit too, so a job's end or a rack's loss is judged once.
   double group_wait_intervals = 2;
   double group_wait_min_s = 5;
+  // Plus the steps the job makes in group_wait_intervals frame intervals:
+  // at 10-s frames and 1.4-s steps, nodes' last frames of one moment are
+  // up to 7 steps apart.
   int64_t end_step_tolerance = 1;
   // A job whose step stopped for stall_end_s while every GPU of every node
   // freed its memory (used below this fraction of total) has ended: its
@@ -237,6 +245,10 @@ struct LivenessOptions {
   // While a node reports train_phase checkpoint/eval, a stall is allowed
   // this long.
   double hang_benign_phase_max_s = 1800;
+  // Before a run's step first moves, a stall is allowed this long: the
+  // first step of a large job (compiling, loading shards, NCCL setup) can
+  // take minutes. NCCL's own timeout (10-30 min) still ends a hung start.
+  double hang_first_step_s = 600;
   // AdvanceTime scans nodes and jobs at most once per this many seconds of
   // data time, so calling it per frame stays O(1) amortised.
   double check_interval_s = 1;

@@ -435,6 +435,107 @@ TEST(JobLifecycleTest, PreciseStepTimeIsNotHiddenByFloors) {
   }
 }
 
+// Preempted at step 1500 and resumed from the checkpoint at step 600: the
+// loss comes back at the checkpoint's value, well above where its trend
+// had gone. That is the resume, not a divergence; a loss that really rises
+// 100 steps after the resume still is one.
+TEST(JobLifecycleTest, ResumedLossIsNoDivergence) {
+  DetectorOptions o;
+  o.baseline.learn_steps = 300;
+  Fleet f(o);
+  Train(f, "gpt", 2, kT0, 0, 1500);
+  double t = kT0 + 1500;
+  for (int s = 0; s < 300; ++s, t += 1) {
+    for (int i = 0; i < 2; ++i) {
+      JobEndView end;
+      if (s == 0) end = {"gpt", 1499, "preempted"};
+      f.Send(Node(i), "idle", t + 0.01 * i, std::nullopt, f.Idle(), end);
+    }
+  }
+  f.ClearUpdates();
+  for (int s = 0; s < 300; ++s, t += 1) {
+    for (int i = 0; i < 2; ++i) {
+      f.Send(Node(i), "gpt", t + 0.01 * i, 600 + s, f.Training(Node(i), 600 + s, {}));
+    }
+  }
+  EXPECT_TRUE(f.Pages().empty()) << f.Describe(f.Pages());
+  // Then the loss climbs by 0.03 a step.
+  for (int s = 300; s < 400; ++s, t += 1) {
+    for (int i = 0; i < 2; ++i) {
+      std::vector<Reading> r = f.Training(Node(i), 600 + s, {});
+      for (Reading& x : r) {
+        if (x.metric == "train_loss") x.value += 0.03 * (s - 300);
+      }
+      f.Send(Node(i), "gpt", t + 0.01 * i, 600 + s, r);
+    }
+  }
+  EXPECT_FALSE(f.Opened("loss_divergence").empty()) << f.Describe(f.updates());
+}
+
+// A large job's first step can take minutes (compiling, loading shards,
+// NCCL setup): a step standing still for 5 minutes before it first moves
+// is no hang, one that never moves is (after hang_first_step_s); once it
+// has moved, today's 180 s apply.
+TEST(JobLifecycleTest, SlowFirstStepIsNoHang) {
+  for (double first_step_s : {300.0, 900.0}) {
+    SCOPED_TRACE(first_step_s);
+    Fleet f;
+    double t = kT0;
+    for (; t < kT0 + first_step_s; t += 10) {
+      for (int i = 0; i < 4; ++i) {
+        f.Send(Node(i), "big", t + 0.01 * i, 0, f.Training(Node(i), 0, {}));
+      }
+    }
+    const bool hang = !f.Opened("job_hang").empty();
+    EXPECT_EQ(hang, first_step_s > DetectorOptions().liveness.hang_first_step_s)
+        << f.Describe(f.updates());
+    if (hang) continue;
+    int64_t step = 1;
+    for (; t < kT0 + first_step_s + 600; t += 10, ++step) {
+      for (int i = 0; i < 4; ++i) {
+        f.Send(Node(i), "big", t + 0.01 * i, step, f.Training(Node(i), step, {}));
+      }
+    }
+    EXPECT_TRUE(f.Pages().empty()) << f.Describe(f.Pages());
+    // Now it hangs: the ordinary timeout.
+    const double hang_at = t;
+    for (; t < hang_at + 300; t += 10) {
+      for (int i = 0; i < 4; ++i) {
+        f.Send(Node(i), "big", t + 0.01 * i, step, f.Training(Node(i), step, {}));
+      }
+    }
+    ASSERT_EQ(f.Opened("job_hang").size(), 1u) << f.Describe(f.updates());
+    EXPECT_LE(f.Opened("job_hang")[0].ts - hang_at, 200);
+  }
+}
+
+// At 10-s frames and 1.4-s steps, the nodes' last frames before a job ends
+// together are up to 7 steps apart: still a job's end, not a P0. Nodes that
+// stop minutes apart are no end.
+TEST(JobLifecycleTest, CoarseFramesStoppingTogetherAreAnEnd) {
+  for (double spread_s : {9.0, 300.0}) {
+    SCOPED_TRACE(spread_s);
+    Fleet f;
+    const double step_s = 1.4, end = kT0 + 3600;
+    for (int i = 0; i < 4; ++i) {
+      // Node i's frames are at its own phase; the last node stops spread_s
+      // after the first.
+      const double stop = end + spread_s * i / 3;
+      for (double t = kT0 + 2.5 * i; t < stop; t += 10) {
+        const int64_t step = static_cast<int64_t>((t - kT0) / step_s);
+        f.Send(Node(i), "wide", t, step, f.Training(Node(i), step, {}));
+      }
+    }
+    f.Advance(end + spread_s + 600);
+    if (spread_s < 10) {
+      EXPECT_TRUE(f.Pages().empty()) << f.Describe(f.Pages());
+      EXPECT_EQ(f.Opened("job_ended").size(), 1u) << f.Describe(f.updates());
+    } else {
+      EXPECT_FALSE(f.Opened("node_down").empty()) << f.Describe(f.updates());
+    }
+  }
+}
+
 // Ten thousand XIDs of one code on one GPU are one raise, updated as the
 // count grows tenfold; the GPU that stops reporting them clears.
 TEST(DetectorXidTest, StormIsOneConditionWithACount) {
