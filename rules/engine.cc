@@ -29,6 +29,11 @@ bool IsCause(C c) {
          c == C::kDataPipeline || c == C::kNode;
 }
 
+// Categories whose incident a throughput (step-time) drop of its job joins:
+// the causes, and memory (a GPU near its limit retries allocations and
+// flushes its cache, and in synchronous training the whole job waits).
+bool ExplainsSlowdown(C c) { return IsCause(c) || c == C::kMemory; }
+
 // How well a rule names an incident, in increasing order: the family (a
 // general fluctuation < a job-wide symptom < a cause), then the severity,
 // then a cause-specific rule over a generic baseline one.
@@ -235,7 +240,7 @@ Tracked* IncidentEngine::Impl::GroupTarget(const Anomaly& a, const Rule& rule) {
     // 0: same fault; 1: a cause for this symptom; 2: symptom-only incident.
     int rank = -1;
     if (rc == C::kPerformance) {
-      if (IsCause(tc) && t.inc.severity <= Severity::kP2 && live) {
+      if (ExplainsSlowdown(tc) && t.inc.severity <= Severity::kP2 && live) {
         rank = 1;
       } else if (tc == C::kPerformance) {
         rank = 2;
@@ -262,7 +267,7 @@ Tracked* IncidentEngine::Impl::GroupTarget(const Anomaly& a, const Rule& rule) {
                (!a.gpu || t.inc.gpu == a.gpu)) {
       rank = 0;  // General: context of whatever is open on that hardware.
     }
-    if (rank < 0 && IsCause(rc) && tc == C::kPerformance &&
+    if (rank < 0 && ExplainsSlowdown(rc) && tc == C::kPerformance &&
         rule.severity <= Severity::kP2 && a.ts - t.inc.ts <= window) {
       rank = 2;  // Take over the symptom it explains.
     }

@@ -376,6 +376,12 @@ INSTANTIATE_TEST_SUITE_P(
              {{"dataloader_slow", P2, "n2", std::nullopt, 1, C::kDataPipeline},
               {"loss_oscillation", P2, "", std::nullopt, 1, C::kDataPipeline}},
              {U::kOpened, U::kOpened}},
+        // A throughput drop while a GPU's memory heads for OOM joins it.
+        Case{"ThroughputDropJoinsTheOomForecast",
+             {{.ts = 100, .kind = K::kOomForecast, .node = "n2", .gpu = 1},
+              Throughput(200, "n1", 1, 0.2)},
+             {{"oom_forecast", P2, "n2", 1, 2, C::kMemory}},
+             {U::kOpened, U::kEvidenceAdded}},
         Case{"LossOscillationWithGradAnomalyIsModel",
              {{.ts = 100,
                .kind = K::kBaselineHigh,
