@@ -18,6 +18,8 @@ class Sustain {
   // (inside the clear band). kRaised once `need` of the last `window`
   // observations were beyond; kCleared after `clear` consecutive calm ones.
   Edge Observe(bool beyond, bool calm, const SustainOptions& o) {
+    // The common case, a quiet condition staying quiet: nothing to shift.
+    if (!beyond && mask_ == 0 && !raised_ && o.need > 0) return Edge::kNone;
     // A running count of the set bits of the window (cheaper than a
     // popcount, which is a library call without -mpopcnt).
     const int window = o.window >= 64 ? 64 : o.window;
