@@ -200,6 +200,21 @@ void Train(Fleet& f, const std::string& job, int nodes, double t,
   }
 }
 
+// `job` on `nodes` nodes is preempted after step `last_step`: each node's
+// next frame (at `t`) is idle with the marker, and the nodes stay idle for
+// `seconds` (one frame a second). Returns the time after the last frame.
+double PreemptThenIdle(Fleet& f, const std::string& job, int nodes, double t,
+                       int64_t last_step, int seconds) {
+  for (int s = 0; s < seconds; ++s, t += 1) {
+    for (int i = 0; i < nodes; ++i) {
+      JobEndView end;
+      if (s == 0) end = {job, last_step, "preempted"};
+      f.Send(Node(i), "idle", t + 0.01 * i, std::nullopt, f.Idle(), end);
+    }
+  }
+  return t;
+}
+
 // A job's end reported by its agents: each node's next frame is idle and
 // carries the marker. Nothing but the P3 lifecycle incident.
 TEST(JobLifecycleTest, MarkerEndIsALifecycleEventNotAPage) {
@@ -319,14 +334,7 @@ TEST(JobLifecycleTest, ResumeKeepsTheBaselineAndCatchesASlowdown) {
   Fleet f(o);
   Train(f, "gpt", 2, kT0, 0, 700);
   // Preempted at step 699: markers, then idle for 10 minutes.
-  double t = kT0 + 700;
-  for (int s = 0; s < 600; ++s, t += 1) {
-    for (int i = 0; i < 2; ++i) {
-      JobEndView end;
-      if (s == 0) end = {"gpt", 699, "preempted"};
-      f.Send(Node(i), "idle", t + 0.01 * i, std::nullopt, f.Idle(), end);
-    }
-  }
+  double t = PreemptThenIdle(f, "gpt", 2, kT0 + 700, 699, 600);
   // Resumed from the checkpoint at step 600: memory climbs for a minute,
   // throughput ramps over the first steps.
   for (int s = 0; s < 200; ++s, t += 1) {
@@ -444,14 +452,7 @@ TEST(JobLifecycleTest, ResumedLossIsNoDivergence) {
   o.baseline.learn_steps = 300;
   Fleet f(o);
   Train(f, "gpt", 2, kT0, 0, 1500);
-  double t = kT0 + 1500;
-  for (int s = 0; s < 300; ++s, t += 1) {
-    for (int i = 0; i < 2; ++i) {
-      JobEndView end;
-      if (s == 0) end = {"gpt", 1499, "preempted"};
-      f.Send(Node(i), "idle", t + 0.01 * i, std::nullopt, f.Idle(), end);
-    }
-  }
+  double t = PreemptThenIdle(f, "gpt", 2, kT0 + 1500, 1499, 300);
   f.ClearUpdates();
   for (int s = 0; s < 300; ++s, t += 1) {
     for (int i = 0; i < 2; ++i) {
