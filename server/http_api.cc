@@ -203,15 +203,18 @@ void HttpApi::Stop() {
 
 void HttpApi::InstallHandlers() {
   const HttpApiOptions& o = options_;
-  // Reads under /api/ need a viewer token unless anonymous reads are on;
-  // mutating handlers check their own role.
-  // The session endpoints and the Twilio callback check for themselves.
+  // Every request under /api/, whatever its method (a HEAD is answered by
+  // the GET handler, with the body's length), needs a viewer token unless
+  // anonymous reads are on; mutating handlers check their own, higher role
+  // on top. The session endpoints and the Twilio callback (signed by
+  // Twilio) check for themselves.
   server_->set_pre_routing_handler([this](const httplib::Request& req,
                                           httplib::Response& res) {
     // httplib hands the handler a const view of its own, non-const request.
     RefuseBrotli(const_cast<httplib::Request&>(req));
-    if (options_.auth == nullptr || req.method != "GET" ||
-        req.path.rfind("/api/", 0) != 0 || req.path == "/api/v1/session")
+    if (options_.auth == nullptr || req.path.rfind("/api/", 0) != 0 ||
+        req.path == "/api/v1/session" ||
+        req.path == "/api/v1/callbacks/twilio/voice")
       return httplib::Server::HandlerResponse::Unhandled;
     absl::StatusOr<RequestIdentity> who =
         authorizer_.Authorize(CredentialsOf(req), Role::kViewer);

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "notify/signing.h"
@@ -365,6 +366,22 @@ TEST(DetectionTest, ReadsNeedATokenWhenAnonymousReadIsOff) {
   EXPECT_EQ(HttpCall(port, "GET", "/api/v1/incidents", "", "").status, 401);
   EXPECT_EQ(HttpCall(port, "GET", "/api/v1/incidents", "", "viewer-token").status, 200);
   EXPECT_EQ(HttpCall(port, "GET", "/healthz", "", "").status, 200);
+  // Every method is gated, not only GET: a HEAD answered 200 with the
+  // body's length would leak a query's result by its size.
+  for (const char* path :
+       {"/api/v1/series", "/api/v1/series?job=j&node=n1", "/api/v1/incidents",
+        "/api/v1/incidents/inc-000001", "/api/v1/query?series=1",
+        "/api/v1/baseline?series=1", "/api/v1/jobs", "/api/v1/jobs/j",
+        "/api/v1/nodes", "/api/v1/events", "/api/v1/silences",
+        "/api/v1/deliveries", "/api/v1/actions", "/api/v1/remediation",
+        "/api/v1/audit", "/api/v1/oncall", "/api/v1/whoami"}) {
+    for (const char* method : {"GET", "HEAD", "OPTIONS"}) {
+      SCOPED_TRACE(absl::StrCat(method, " ", path));
+      const HttpResult r = HttpCall(port, method, path, "", "");
+      EXPECT_EQ(r.status, 401) << r.body;
+    }
+  }
+  EXPECT_EQ(HttpCall(port, "HEAD", "/api/v1/incidents", "", "viewer-token").status, 200);
 }
 
 }  // namespace

@@ -19,11 +19,15 @@ HttpResult HttpCall(int port, const std::string& method, const std::string& path
   httplib::Headers headers;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
   httplib::Result res =
-      method == "GET"    ? client.Get(path.c_str(), headers)
-      : method == "POST" ? client.Post(path.c_str(), headers, body, "application/json")
-                         : client.Delete(path.c_str(), headers, body, "application/json");
+      method == "GET"       ? client.Get(path.c_str(), headers)
+      : method == "HEAD"    ? client.Head(path.c_str(), headers)
+      : method == "OPTIONS" ? client.Options(path.c_str(), headers)
+      : method == "POST"    ? client.Post(path.c_str(), headers, body, "application/json")
+                            : client.Delete(path.c_str(), headers, body, "application/json");
   if (!res) return {};
-  return {res->status, res->body};
+  const auto length = res->headers.find("Content-Length");
+  return {res->status, res->body,
+          length == res->headers.end() ? std::string() : length->second};
 }
 
 HttpResult HttpSend(int port, const std::string& method, const std::string& path,

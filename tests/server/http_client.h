@@ -25,13 +25,14 @@ using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 struct HttpResult {
   int status = -1;
   std::string body;
+  std::string content_length;  // the header's value; HttpCall only
 };
 
 // GET http://127.0.0.1:`port``path`.
 HttpResult HttpGet(int port, const std::string& path);
 
-// `method` (GET, POST, DELETE) of `path` with a JSON `body`, and
-// "Authorization: Bearer `token`" unless the token is empty.
+// `method` (GET, HEAD, OPTIONS, POST, DELETE) of `path` with a JSON `body`,
+// and "Authorization: Bearer `token`" unless the token is empty.
 HttpResult HttpCall(int port, const std::string& method, const std::string& path,
                     const std::string& body, const std::string& token);
 
