@@ -18,6 +18,15 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The string at `key` of the object `obj`, or `fallback` when it is absent
+// or not a string.
+std::string StringAt(const Json& obj, const char* key,
+                     const std::string& fallback) {
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>()
+                                            : fallback;
+}
+
 constexpr char kStateKey[] = "escalation";
 constexpr char kActionsStream[] = "actions";
 constexpr char kAuditStream[] = "audit";
@@ -477,11 +486,13 @@ void EscalationService::OnDelivery(const DeliveryStatus& status) {
       return;
     }
     action["state"] = status.state == "delivered" ? "done" : "failed";
+    // The actuator's answer is external input: a field of another type
+    // than the contract's is ignored, never thrown on.
     Json answer = Json::parse(status.last_response, nullptr, false);
     if (answer.is_object()) {
       action["result"] = answer;
-      if (answer.value("status", "") == "failed") action["state"] = "failed";
-      action["detail"] = answer.value("detail", status.last_detail);
+      if (StringAt(answer, "status", "") == "failed") action["state"] = "failed";
+      action["detail"] = StringAt(answer, "detail", status.last_detail);
     } else {
       action["detail"] = status.last_detail;
     }

@@ -30,12 +30,18 @@ class RecordingTransport : public Transport {
     std::lock_guard<std::mutex> l(mu_);
     requests_.push_back(request);
     if (absl::StrContains(request.url, "/actuator")) {
+      if (!actuator_answer_.empty()) return {200, actuator_answer_, std::nullopt, ""};
       Json body = Json::parse(request.body, nullptr, false);
       return {200, Json{{"id", body.value("id", "")}, {"status", "done"},
                         {"detail", "ran " + body.value("action", "")}}.dump(),
               std::nullopt, ""};
     }
     return {200, "ok", std::nullopt, ""};
+  }
+  // Makes the actuator answer `body` (200) instead of a well-formed answer.
+  void SetActuatorAnswer(std::string body) {
+    std::lock_guard<std::mutex> l(mu_);
+    actuator_answer_ = std::move(body);
   }
   std::vector<OutboundRequest> Matching(std::string_view url_part) {
     std::lock_guard<std::mutex> l(mu_);
@@ -49,6 +55,7 @@ class RecordingTransport : public Transport {
  private:
   std::mutex mu_;
   std::vector<OutboundRequest> requests_;
+  std::string actuator_answer_;
 };
 
 // Waits (real time, up to 10 s) until `done` holds.
@@ -252,6 +259,23 @@ TEST_F(EscalationServiceTest, P0ActionsGoToTheActuatorSignedAndRecordTheAnswer) 
   Json cordon = service_->ListActions(id)["actions"][0];
   EXPECT_EQ(cordon["node"], "n1");
   EXPECT_EQ(cordon["detail"], "ran cordon_node");
+}
+
+// An actuator answer is external input: fields of the wrong type (a number
+// for "status", an object for "detail") are ignored, never thrown on in the
+// delivery thread (which would terminate the server).
+TEST_F(EscalationServiceTest, MalformedActuatorAnswersAreRecordedNotThrownOn) {
+  transport_.SetActuatorAnswer(R"({"status": 5, "detail": {"x": 1}, "id": []})");
+  AddJobNodes("llm", 8);
+  const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
+                              {Response::kCordonNode});
+  ASSERT_TRUE(Eventually([&] {
+    Json list = service_->ListActions(id)["actions"];
+    return list.size() == 1 && list[0]["state"] == "done";
+  })) << service_->ListActions(id).dump();
+  const Json action = service_->ListActions(id)["actions"][0];
+  EXPECT_TRUE(action["detail"].is_string()) << action.dump();
+  EXPECT_EQ(action["result"]["status"], 5);
 }
 
 TEST_F(EscalationServiceTest, P1ActionsWaitForApproval) {
