@@ -168,6 +168,19 @@ HttpApi::HttpApi(const HttpApiOptions& options)
       server_(std::make_unique<httplib::Server>()) {
   int threads = options_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  // Errors httplib answers itself (no route, body too large) get a JSON
+  // body like every other error.
+  const size_t limit = options_.max_body_bytes;
+  server_->set_error_handler([limit](const httplib::Request&,
+                                     httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ReplyError(res, res.status,
+               res.status == 413   ? absl::StrCat("request body over ", limit,
+                                                  " bytes")
+               : res.status == 404 ? std::string("not found")
+                                   : absl::StrCat("HTTP status ", res.status));
+  });
   InstallHandlers();
 }
 

@@ -65,6 +65,9 @@ struct HttpApiOptions {
   // Threads serving requests. Each open /api/v1/events stream holds one;
   // at most half of them stream, the rest keep answering.
   int threads = 32;
+  // Largest request body accepted; a larger one gets 413 and is discarded
+  // as it arrives, never held (no route needs more than a few KB).
+  size_t max_body_bytes = 1 << 20;
 };
 
 // Serves the HTTP API on a background thread. Start/Stop are not

@@ -384,5 +384,24 @@ TEST(DetectionTest, ReadsNeedATokenWhenAnonymousReadIsOff) {
   EXPECT_EQ(HttpCall(port, "HEAD", "/api/v1/incidents", "", "viewer-token").status, 200);
 }
 
+// A body over the limit (1 MiB) is refused with 413 and a JSON error
+// before any handler runs, signed in or not; the server goes on serving.
+TEST(DetectionTest, OversizedBodiesAreRefused) {
+  TestServer t(TestOptions());
+  const int port = t.server.http_port();
+  const std::string big(2 << 20, 'x');
+  for (const char* path : {"/api/v1/session", "/api/v1/silences"}) {
+    SCOPED_TRACE(path);
+    const HttpResult r = HttpCall(port, "POST", path, big, "");
+    EXPECT_EQ(r.status, 413) << r.body.substr(0, 200);
+    EXPECT_NE(r.body.find("request body over 1048576 bytes"), std::string::npos)
+        << r.body.substr(0, 200);
+  }
+  const HttpResult unknown = HttpCall(port, "GET", "/api/v1/nothing-here", "", "");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_NE(unknown.body.find("\"error\""), std::string::npos) << unknown.body;
+  EXPECT_EQ(HttpCall(port, "GET", "/healthz", "", "").status, 200);
+}
+
 }  // namespace
 }  // namespace vigil::testing
