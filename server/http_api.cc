@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <optional>
 #include <string_view>
@@ -180,6 +182,25 @@ HttpApi::HttpApi(const HttpApiOptions& options)
                                                   " bytes")
                : res.status == 404 ? std::string("not found")
                                    : absl::StrCat("HTTP status ", res.status));
+  });
+  // A handler that reads a body field with the wrong type throws
+  // nlohmann's type error: that is the client's mistake (400), not the
+  // server's. Anything else that escapes a handler is a 500 with its
+  // reason, logged; none leaves the request's thread.
+  server_->set_exception_handler([](const httplib::Request& req,
+                                    httplib::Response& res,
+                                    std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const nlohmann::json::exception& e) {
+      ReplyError(res, 400, absl::StrCat("bad request body: ", e.what()));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "vigil-server: %s %s failed: %s\n",
+                   req.method.c_str(), req.path.c_str(), e.what());
+      ReplyError(res, 500, absl::StrCat("internal error: ", e.what()));
+    } catch (...) {
+      ReplyError(res, 500, "internal error");
+    }
   });
   InstallHandlers();
 }

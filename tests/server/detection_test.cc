@@ -384,6 +384,36 @@ TEST(DetectionTest, ReadsNeedATokenWhenAnonymousReadIsOff) {
   EXPECT_EQ(HttpCall(port, "HEAD", "/api/v1/incidents", "", "viewer-token").status, 200);
 }
 
+// Every field of a request body is type-checked: a wrong type is a 400
+// with a message, never a 500 or a crash.
+TEST(DetectionTest, WrongFieldTypesInBodiesAre400) {
+  ServerOptions options = TestOptions();
+  options.auth.tokens = {{"olga", Role::kOperator, HexEncode(Sha256("operator-token"))}};
+  TestServer t(options);
+  RaiseEccFault(t, "n1");
+  const int port = t.server.http_port();
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"/api/v1/incidents/inc-000001/ack", R"({"comment": 5})"},
+      {"/api/v1/incidents/inc-000001/resolve", R"({"comment": ["x"]})"},
+      {"/api/v1/incidents/inc-000001/silence", R"({"duration_minutes": "long"})"},
+      {"/api/v1/silences", R"({"matchers": 5, "duration_minutes": 30})"},
+      {"/api/v1/silences", R"({"matchers": [{"name": 1, "value": "x"}], "duration_minutes": 30})"},
+      {"/api/v1/silences", R"({"matchers": [{"name": "node", "value": "n1"}], "duration_minutes": "x"})"},
+      {"/api/v1/silences", R"({"matchers": [{"name": "node", "value": "n1"}], "duration_minutes": 30, "comment": {}})"},
+      {"/api/v1/actions", R"({"action": 5, "incident_id": "inc-000001"})"},
+      {"/api/v1/actions", R"({"action": "cordon_node", "incident_id": 7, "node": "n1"})"},
+      {"/api/v1/actions", R"({"action": "cordon_node", "incident_id": "inc-000001", "node": []})"},
+      {"/api/v1/session", R"({"token": 5})"},
+  };
+  for (const auto& [path, body] : calls) {
+    SCOPED_TRACE(path + " " + body);
+    const HttpResult r = HttpCall(port, "POST", path, body, "operator-token");
+    EXPECT_TRUE(r.status == 400 || r.status == 404) << r.status << " " << r.body;
+    EXPECT_NE(r.body.find("\"error\""), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(HttpCall(port, "GET", "/healthz", "", "").status, 200);
+}
+
 // A body over the limit (1 MiB) is refused with 413 and a JSON error
 // before any handler runs, signed in or not; the server goes on serving.
 TEST(DetectionTest, OversizedBodiesAreRefused) {
