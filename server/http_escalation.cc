@@ -37,9 +37,9 @@ constexpr char kId[] = "([A-Za-z0-9_.-]+)";
 std::optional<Json> BodyObject(const httplib::Request& req,
                                httplib::Response& res) {
   if (req.body.empty()) return Json::object();
-  Json body = Json::parse(req.body, nullptr, false);
+  Json body = ParseBody(req.body);
   if (body.is_discarded() || !body.is_object()) {
-    ReplyError(res, 400, "body must be a JSON object");
+    ReplyError(res, 400, absl::StrCat("body must be a JSON object nested at most ", kMaxBodyDepth, " deep"));
     return std::nullopt;
   }
   return body;

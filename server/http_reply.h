@@ -23,6 +23,26 @@ inline void ReplyError(httplib::Response& res, int status, const std::string& wh
   Reply(res, status, nlohmann::json{{"error", what}});
 }
 
+// Deepest nesting a request body may have; no route needs more than 3.
+inline constexpr int kMaxBodyDepth = 32;
+
+// Parses a request body. Returns a discarded value (is_discarded()) when it
+// is not JSON or nests deeper than kMaxBodyDepth: the deeper parts are
+// dropped as they are read, never built.
+inline nlohmann::json ParseBody(std::string_view body) {
+  bool too_deep = false;
+  nlohmann::json parsed = nlohmann::json::parse(
+      body,
+      [&too_deep](int depth, nlohmann::json::parse_event_t,
+                  nlohmann::json&) {
+        if (depth > kMaxBodyDepth) too_deep = true;
+        return !too_deep;
+      },
+      /*allow_exceptions=*/false);
+  return too_deep ? nlohmann::json(nlohmann::json::value_t::discarded)
+                  : parsed;
+}
+
 // The HTTP status of a failed call: 400 invalid argument, 401
 // unauthenticated, 403 permission denied, 404 not found, 409 failed
 // precondition / already exists, 503 unavailable, else 500.

@@ -198,7 +198,7 @@ void HttpApi::InstallUiHandlers() {
 
   server_->Post("/api/v1/session", [authorizer](const httplib::Request& req,
                                                 httplib::Response& res) {
-    Json body = Json::parse(req.body, nullptr, false);
+    Json body = ParseBody(req.body);
     if (body.is_discarded() || !body.is_object() || !body.contains("token") ||
         !body["token"].is_string())
       return ReplyError(res, 400, "body must be {\"token\": \"<API token>\"}");

@@ -411,6 +411,14 @@ TEST(DetectionTest, WrongFieldTypesInBodiesAre400) {
     EXPECT_TRUE(r.status == 400 || r.status == 404) << r.status << " " << r.body;
     EXPECT_NE(r.body.find("\"error\""), std::string::npos) << r.body;
   }
+  // Deeply nested JSON is refused, not built.
+  const std::string deep = "{\"matchers\": " + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  for (const char* path : {"/api/v1/silences", "/api/v1/session"}) {
+    SCOPED_TRACE(path);
+    const HttpResult r = HttpCall(port, "POST", path, deep, "operator-token");
+    EXPECT_EQ(r.status, 400) << r.body;
+  }
   EXPECT_EQ(HttpCall(port, "GET", "/healthz", "", "").status, 200);
 }
 
