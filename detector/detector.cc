@@ -363,15 +363,15 @@ void Detector::Impl::BeginRewarm(NodeState& n, double at, int64_t at_step) {
   }
   // The loss comes back at the checkpoint's value, above where the trend
   // had gone: the trend restarts from the first sample after the re-warm.
+  // The debouncers stay: a condition raised before the restart clears
+  // through them (a run that ended had them reset by EndPair).
   for (uint32_t d : n.series) {
     SeriesState& s = series[d];
     if (!s.traits.trending) continue;
     s.level = kNaN;
-    s.sustain = Sustain();
     if (s.aux != kNone) {
       aux[s.aux].prev = kNaN;
       aux[s.aux].diff_count = 0;
-      aux[s.aux].osc = Sustain();
     }
   }
 }

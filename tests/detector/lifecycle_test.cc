@@ -473,6 +473,36 @@ TEST(JobLifecycleTest, ResumedLossIsNoDivergence) {
   EXPECT_FALSE(f.Opened("loss_divergence").empty()) << f.Describe(f.updates());
 }
 
+// A diverging job restarted in place from an earlier checkpoint (its step
+// goes back, no end): the loss is healthy again, so the divergence clears
+// and its incident resolves; the restart does not leave it open forever.
+TEST(JobLifecycleTest, DivergenceRaisedBeforeAnInPlaceRestartClears) {
+  DetectorOptions o;
+  o.baseline.learn_steps = 300;
+  Fleet f(o);
+  Train(f, "gpt", 2, kT0, 0, 800);
+  double t = kT0 + 800;
+  for (int s = 800; s < 900; ++s, t += 1) {
+    for (int i = 0; i < 2; ++i) {
+      std::vector<Reading> r = f.Training(Node(i), s, {});
+      for (Reading& x : r) {
+        if (x.metric == "train_loss") x.value += 0.03 * (s - 800);
+      }
+      f.Send(Node(i), "gpt", t + 0.01 * i, s, r);
+    }
+  }
+  ASSERT_FALSE(f.Opened("loss_divergence").empty()) << f.Describe(f.updates());
+  // Restarted from the checkpoint at step 700, healthy, for 15 minutes.
+  Train(f, "gpt", 2, t, 700, 900);
+  bool resolved = false;
+  for (const IncidentUpdate& u : f.updates()) {
+    if (u.type == UpdateType::kResolved && u.incident.kind == "loss_divergence") {
+      resolved = true;
+    }
+  }
+  EXPECT_TRUE(resolved) << f.Describe(f.updates());
+}
+
 // A large job's first step can take minutes (compiling, loading shards,
 // NCCL setup): a step standing still for 5 minutes before it first moves
 // is no hang, one that never moves is (after hang_first_step_s); once it
