@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "actuator/command_runner.h"
+#include "common/command_runner.h"
 #include "actuator/scheduler.h"
 #include "common/clock.h"
 

@@ -68,7 +68,8 @@ void ParseCollectors(const Json& j, JsonConfigReader& r, AgentConfig* c) {
   section("cpu", {}, &c->cpu.enabled);
   if (const Json* s = section("training",
                               {"socket", "stale_seconds",
-                               "disconnect_grace_seconds"},
+                               "disconnect_grace_seconds", "verify_jobs",
+                               "refuse_unverified"},
                               &c->training.enabled)) {
     r.String(*s, "collectors.training", "socket", &c->training.socket);
     r.Positive(*s, "collectors.training", "stale_seconds", 1, 86400,
@@ -77,6 +78,12 @@ void ParseCollectors(const Json& j, JsonConfigReader& r, AgentConfig* c) {
                &c->training.disconnect_grace_seconds);
     if (c->training.socket.empty())
       r.Error("collectors.training.socket", "must not be empty");
+    r.String(*s, "collectors.training", "verify_jobs", &c->training.verify_jobs);
+    if (c->training.verify_jobs != "scheduler" && c->training.verify_jobs != "off")
+      r.Error("collectors.training.verify_jobs",
+              "must be \"scheduler\" or \"off\"");
+    r.Bool(*s, "collectors.training", "refuse_unverified",
+           &c->training.refuse_unverified);
   }
 }
 

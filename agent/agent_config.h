@@ -66,6 +66,14 @@ struct TrainingConfig {
   // A rank whose connections all closed stops counting after this long
   // without reconnecting: its job ended on the node (Tick::job_end).
   double disconnect_grace_seconds = 5;
+  // How a connecting rank's job claim is checked (agent/job_identity.h):
+  // "scheduler" asks the kernel (cgroup) and Slurm which job the process
+  // runs in; "off" leaves every claim unverified (the server then never
+  // acts automatically on this node's jobs).
+  std::string verify_jobs = "scheduler";
+  // Refuse ranks whose job cannot be verified (processes outside any
+  // scheduler job) instead of accepting them unverified.
+  bool refuse_unverified = false;
 };
 
 // Everything vigil-agent is configured with.

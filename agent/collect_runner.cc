@@ -101,6 +101,7 @@ Tick CollectRunner::Collect(double ts) {
     tick.job_end = Tick::JobEnd{last_job_, last_step_, "job_changed"};
   }
   last_job_ = tick.job;
+  last_verified_job_id_ = tick.verified_job_id;
   last_step_ = tick.step;
   return tick;
 }
@@ -110,6 +111,8 @@ absl::Status CollectRunner::Send(Tick tick) {
   std::lock_guard<std::mutex> send_lock(send_mu_);
   v1::Frame frame;
   frame.set_job(std::move(tick.job));
+  if (!tick.verified_job_id.empty())
+    frame.set_verified_job_id(std::move(tick.verified_job_id));
   if (tick.step.has_value()) frame.set_step(*tick.step);
   frame.set_ts(tick.ts);
   if (tick.job_end) {
@@ -159,6 +162,7 @@ void CollectRunner::Deliver(Tick event) {
     std::lock_guard<std::mutex> l(mu_);
     if (event.job.empty()) {
       event.job = last_job_.empty() ? options_.idle_job : last_job_;
+      event.verified_job_id = last_verified_job_id_;
     }
     if (!event.step.has_value()) event.step = last_step_;
     ++stats_.events;

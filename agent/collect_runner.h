@@ -110,6 +110,7 @@ class CollectRunner : public EventSink {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_job_ ABSL_GUARDED_BY(mu_);
+  std::string last_verified_job_id_ ABSL_GUARDED_BY(mu_);
   std::optional<int64_t> last_step_ ABSL_GUARDED_BY(mu_);
   CollectRunnerStats stats_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> started_ ABSL_GUARDED_BY(mu_);

@@ -35,6 +35,9 @@ struct Tick {
   // no collector does.
   std::string job;
   std::optional<int64_t> step;
+  // The scheduler's id of `job` when every source of the claim was checked
+  // with the scheduler (agent/job_identity.h); empty: `job` is only claimed.
+  std::string verified_job_id;
   // Set on the first tick after a job ended on this node (its ranks left,
   // or the node's job changed): which job, its last step, why.
   struct JobEnd {

@@ -55,6 +55,14 @@ absl::StatusOr<std::vector<std::unique_ptr<Collector>>> MakeCollectors(
     o.socket_path = config.training.socket;
     o.staleness_seconds = config.training.stale_seconds;
     o.disconnect_grace_seconds = config.training.disconnect_grace_seconds;
+    if (config.training.verify_jobs == "scheduler") {
+      SchedulerJobResolverOptions resolver;
+      resolver.proc_root = config.proc_root;
+      resolver.clock = clock;
+      o.job_resolver =
+          std::make_shared<SchedulerJobResolver>(std::move(resolver));
+    }
+    o.refuse_unverified = config.training.refuse_unverified;
     o.clock = clock;
     out.push_back(std::make_unique<TrainingCollector>(std::move(o)));
   }

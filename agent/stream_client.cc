@@ -31,7 +31,7 @@ std::vector<v1::Frame> SplitFrame(v1::Frame frame, size_t max_bytes) {
     return out;
   }
   // A sample costs at most 5 bytes of varint id and 8 of value.
-  size_t header = frame.job().size() + 64;
+  size_t header = frame.job().size() + frame.verified_job_id().size() + 64;
   size_t per_frame =
       std::max<size_t>(1, (max_bytes > header ? max_bytes - header : 0) / 13);
   int n = frame.series_ids_size();
@@ -39,6 +39,7 @@ std::vector<v1::Frame> SplitFrame(v1::Frame frame, size_t max_bytes) {
     int end = std::min(n, begin + static_cast<int>(per_frame));
     v1::Frame part;
     part.set_job(frame.job());
+    part.set_verified_job_id(frame.verified_job_id());
     if (frame.has_step()) part.set_step(frame.step());
     part.set_ts(frame.ts());
     part.mutable_series_ids()->Add(frame.series_ids().begin() + begin,

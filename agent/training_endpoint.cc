@@ -283,6 +283,10 @@ void TrainingCollector::HandleLine(Connection& conn, std::string_view line) {
   absl::StatusOr<TrainingMessage> message = ParseTrainingMessage(line);
   if (!message.ok())
     return Reject(conn, std::string(message.status().message()));
+  if (auto* hello = std::get_if<HelloMessage>(&*message)) {
+    if (absl::Status claim = CheckClaim(conn, hello); !claim.ok())
+      return Reject(conn, std::string(claim.message()));
+  }
   std::optional<Tick> event;
   absl::Status applied;
   {
@@ -295,6 +299,43 @@ void TrainingCollector::HandleLine(Connection& conn, std::string_view line) {
   }
   if (!applied.ok()) return Reject(conn, std::string(applied.message()));
   if (event && events_ != nullptr) events_->Deliver(std::move(*event));
+}
+
+absl::Status TrainingCollector::CheckClaim(Connection& conn,
+                                           HelloMessage* hello) {
+  hello->verified_job_id.clear();
+  auto count = [this](uint64_t TrainingEndpointStats::*counter) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(stats_.*counter);
+  };
+  if (options_.job_resolver == nullptr) {
+    count(&TrainingEndpointStats::claims_unverified);
+    return absl::OkStatus();
+  }
+  if (!conn.job) conn.job = options_.job_resolver->Resolve(conn.pid, conn.uid);
+  const absl::StatusOr<ProcessJob>& job = *conn.job;
+  if (!job.ok()) {
+    if (absl::IsPermissionDenied(job.status()) || options_.refuse_unverified) {
+      count(&TrainingEndpointStats::claims_refused);
+      return absl::PermissionDeniedError(absl::StrCat(
+          "job claim refused: ", job.status().message()));
+    }
+    count(&TrainingEndpointStats::claims_unverified);
+    return absl::OkStatus();
+  }
+  if (hello->job.empty())
+    hello->job = job->job_name.empty() ? job->job_id : job->job_name;
+  if (hello->job != job->job_id && hello->job != job->job_name) {
+    count(&TrainingEndpointStats::claims_refused);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job claim refused: this process runs in ", job->scheduler, " job ",
+        job->job_id,
+        job->job_name.empty() ? "" : absl::StrCat(" ('", job->job_name, "')"),
+        ", not in '", hello->job, "'"));
+  }
+  hello->verified_job_id = job->job_id;
+  count(&TrainingEndpointStats::claims_verified);
+  return absl::OkStatus();
 }
 
 void TrainingCollector::Reject(Connection& conn, std::string_view reason) {
@@ -342,7 +383,10 @@ std::vector<std::pair<std::string, double>> TrainingCollector::HealthCounters()
           {"lines_rejected_total", double(s.lines_rejected)},
           {"connections_accepted_total", double(s.connections_accepted)},
           {"connections_refused_total", double(s.connections_refused)},
-          {"connections_open", double(s.connections_open)}};
+          {"connections_open", double(s.connections_open)},
+          {"claims_verified_total", double(s.claims_verified)},
+          {"claims_unverified_total", double(s.claims_unverified)},
+          {"claims_refused_total", double(s.claims_refused)}};
 }
 
 TrainingEndpointStats TrainingCollector::stats() const {

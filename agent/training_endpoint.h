@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -49,6 +50,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "agent/collector.h"
+#include "agent/job_identity.h"
 #include "agent/training_protocol.h"
 #include "agent/training_ranks.h"
 #include "common/clock.h"
@@ -62,9 +64,22 @@ struct TrainingCollectorOptions {
   std::string socket_path = "/run/vigil/train.sock";
   // Permission bits of the socket file. Default 0666: ranks run as whatever
   // user submitted the job, not as the agent's user, and connecting to a
-  // Unix socket needs write permission on it. Readings are only metrics of
-  // this node; each connection's pid/uid is recorded for the logs.
+  // Unix socket needs write permission on it. Anyone on the node can thus
+  // connect; what a connection may claim is checked by job_resolver.
   uint32_t socket_mode = 0666;
+  // Checks each hello's job against the job the connecting process really
+  // runs in (its pid and uid come from the kernel, SO_PEERCRED); null
+  // leaves every claim unverified. With it:
+  //   - a process in a scheduler job may claim only that job (its id or,
+  //     for Slurm, its name; a hello naming no job gets it); another claim
+  //     is refused, and so is a job its uid does not own;
+  //   - a process in no job (or when the scheduler cannot answer) is
+  //     accepted unverified, or refused when refuse_unverified;
+  //   - an unverified claim of a job that has a verified rank is refused.
+  // Ticks carry Tick::verified_job_id only for jobs all of whose ranks were
+  // verified; the server acts automatically only on those.
+  std::shared_ptr<ProcessJobResolver> job_resolver;
+  bool refuse_unverified = false;
   // Connections served at once; one more is accepted, told why, and closed.
   // At most 4 x this many ranks are kept (see TrainingRanksOptions).
   int max_connections = 512;
@@ -90,6 +105,9 @@ struct TrainingEndpointStats {
   uint64_t connections_accepted = 0;  // total, refused ones excluded
   uint64_t connections_refused = 0;   // over max_connections
   uint64_t connections_open = 0;
+  uint64_t claims_verified = 0;    // hellos whose job the scheduler confirmed
+  uint64_t claims_unverified = 0;  // hellos accepted unchecked
+  uint64_t claims_refused = 0;     // hellos for a job not the process's
 };
 
 // Serves the training socket from one background thread and aggregates the
@@ -140,6 +158,8 @@ class TrainingCollector : public Collector {
     bool replies_broken = false;  // an error reply went out in part
     uint64_t lines = 0;
     std::optional<HelloMessage> hello;  // job defaulted
+    // The process's job, asked at its first hello.
+    std::optional<absl::StatusOr<ProcessJob>> job;
   };
 
   void Serve();
@@ -148,6 +168,10 @@ class TrainingCollector : public Collector {
   bool Read(Connection& conn);
   void HandleLine(Connection& conn, std::string_view line);
   void Reject(Connection& conn, std::string_view reason);
+  // Checks `hello`'s claim against the connection's process (see
+  // job_resolver); sets hello->verified_job_id. An error is the reason to
+  // refuse it.
+  absl::Status CheckClaim(Connection& conn, HelloMessage* hello);
   void CloseAll();
 
   const TrainingCollectorOptions options_;

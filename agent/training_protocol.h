@@ -45,6 +45,10 @@ struct HelloMessage {
   std::optional<int64_t> local_rank;
   std::optional<int64_t> world_size;
   std::optional<int64_t> gpu;
+  // Set by the training endpoint, never read from the line: the
+  // scheduler's id of `job` when the connecting process was checked to run
+  // in it (agent/job_identity.h); empty when the claim is unchecked.
+  std::string verified_job_id;
 };
 
 // The readings of one completed step; absent fields were not sent.

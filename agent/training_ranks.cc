@@ -54,6 +54,13 @@ TrainingRanks::Rank* TrainingRanks::Touch(const HelloMessage& hello,
     it = ranks_.emplace(std::move(key), Rank{}).first;
   }
   Rank& rank = it->second;
+  if (rank.verified_job_id != hello.verified_job_id) {
+    // Another process's rank under the same name: start it afresh.
+    const int connections = rank.connections;
+    rank = Rank{};
+    rank.connections = connections;
+    rank.verified_job_id = hello.verified_job_id;
+  }
   rank.gpu = std::to_string(hello.gpu          ? *hello.gpu
                             : hello.local_rank ? *hello.local_rank
                                                : hello.rank);
@@ -67,6 +74,21 @@ absl::Status TrainingRanks::Apply(const TrainingMessage& message, double now,
   if (const auto* h = std::get_if<HelloMessage>(&message)) {
     HelloMessage named = *h;
     if (named.job.empty()) named.job = options_.default_job;
+    if (named.verified_job_id.empty()) {
+      if (HasVerifiedRank(named.job))
+        return absl::PermissionDeniedError(
+            "job '" + named.job +
+            "' runs on this node as a scheduler job this process is not "
+            "part of");
+    } else {
+      // Claims made before the job was verified, or by someone outside it,
+      // no longer speak for it.
+      std::erase_if(ranks_, [&](const auto& entry) {
+        return entry.first.first == named.job &&
+               entry.second.verified_job_id.empty() &&
+               entry.first.second != named.rank;
+      });
+    }
     Rank* rank = Touch(named, now);
     if (rank == nullptr)
       return absl::ResourceExhaustedError("too many ranks on this node");
@@ -81,6 +103,10 @@ absl::Status TrainingRanks::Apply(const TrainingMessage& message, double now,
     return absl::FailedPreconditionError(
         R"(no hello on this connection yet: send {"type":"hello",...} first)");
   const HelloMessage& who = **hello;
+  if (who.verified_job_id.empty() && HasVerifiedRank(who.job))
+    return absl::PermissionDeniedError(
+        "job '" + who.job +
+        "' runs on this node as a scheduler job this process is not part of");
   Rank* rank = Touch(who, now);
   if (rank == nullptr)
     return absl::ResourceExhaustedError("too many ranks on this node");
@@ -93,6 +119,7 @@ absl::Status TrainingRanks::Apply(const TrainingMessage& message, double now,
       Tick tick;
       tick.ts = now;
       tick.job = who.job;
+      tick.verified_job_id = rank->verified_job_id;
       tick.step = step->step;
       tick.Add("train_loss", {}, *step->loss);
       *event = std::move(tick);
@@ -118,6 +145,14 @@ void TrainingRanks::Disconnected(const HelloMessage& hello, double now) {
   auto it = ranks_.find(RankKey{hello.job, hello.rank});
   if (it == ranks_.end() || it->second.connections <= 0) return;
   if (--it->second.connections == 0) it->second.disconnected_at = now;
+}
+
+bool TrainingRanks::HasVerifiedRank(const std::string& job) const {
+  for (auto it = ranks_.lower_bound(RankKey{job, std::numeric_limits<int64_t>::min()});
+       it != ranks_.end() && it->first.first == job; ++it) {
+    if (!it->second.verified_job_id.empty()) return true;
+  }
+  return false;
 }
 
 void TrainingRanks::DropStale(double now) {
@@ -177,8 +212,14 @@ void TrainingRanks::Collect(double now, Tick* tick) {
   };
   std::map<std::string, Torch> torch;  // by gpu label
   bool phase_seen = false, checkpoint = false, eval = false;
+  std::optional<std::string> verified;  // common id of the job's ranks
   for (const auto& [key, rank] : ranks_) {
     if (key.first != *job) continue;
+    if (!verified) {
+      verified = rank.verified_job_id;
+    } else if (*verified != rank.verified_job_id) {
+      verified = std::string();
+    }
     phase_seen |= rank.phase_seen;
     checkpoint |= rank.checkpoint;
     eval |= rank.eval;
@@ -198,6 +239,7 @@ void TrainingRanks::Collect(double now, Tick* tick) {
     t.retries.Add(s.torch_alloc_retries_total);
   }
   reported_step_ = tick->step;
+  if (verified) tick->verified_job_id = *verified;
   loss.Emit(tick, "train_loss");
   grad_norm.Emit(tick, "train_grad_norm");
   tokens.Emit(tick, "train_tokens_per_second");

@@ -44,9 +44,17 @@ class TrainingRanks {
   // `*hello` (unset until the connection's hello, which sets it with the
   // job defaulted). Sets `*event` to a frame to send at once when the
   // message calls for one: the first report of a non-finite loss for a
-  // (job, step). kFailedPrecondition for a step or phase before any
-  // hello, kResourceExhausted when max_ranks are kept; nothing changes
-  // then.
+  // (job, step).
+  //
+  // A hello's HelloMessage::verified_job_id says whether its job was
+  // checked with the scheduler. A verified hello replaces the unverified
+  // ranks of its job (whoever sent them); an unverified hello for a job
+  // that has a verified rank is refused, so nobody outside a job can speak
+  // for it or make it look unverified.
+  //
+  // kFailedPrecondition for a step or phase before any hello,
+  // kPermissionDenied for an unverified hello of a verified job,
+  // kResourceExhausted when max_ranks are kept; nothing changes then.
   absl::Status Apply(const TrainingMessage& message, double now,
                      std::optional<HelloMessage>* hello,
                      std::optional<Tick>* event);
@@ -57,7 +65,9 @@ class TrainingRanks {
   // Forgets ranks stale at `now` (or gone: disconnect_grace_seconds after
   // their last connection closed), then appends the aggregated readings of
   // the live ranks of the most recently heard job to `tick` and sets
-  // tick->job and tick->step (job: default_job when no rank is live).
+  // tick->job and tick->step (job: default_job when no rank is live), and
+  // tick->verified_job_id when all those ranks were verified as one
+  // scheduler job.
   // When the job of the previous Collect has no live rank any more, sets
   // tick->job_end to it, its last step and why ("ranks_exited": they
   // closed their connections; "ranks_stale": they fell silent).
@@ -66,6 +76,7 @@ class TrainingRanks {
  private:
   struct Rank {
     std::string gpu;  // label value of its torch_* series
+    std::string verified_job_id;  // of the hello that named it; may be empty
     double last_heard = 0;
     int connections = 0;        // open connections whose hello named it
     double disconnected_at = 0;  // when the last of them closed
@@ -80,6 +91,8 @@ class TrainingRanks {
   // null when max_ranks are kept.
   Rank* Touch(const HelloMessage& hello, double now);
   void DropStale(double now);
+  // Whether some rank of `job` was verified.
+  bool HasVerifiedRank(const std::string& job) const;
 
   const TrainingRanksOptions options_;
   std::map<RankKey, Rank> ranks_;

@@ -9,7 +9,7 @@
 #include <optional>
 #include <thread>
 
-#include "actuator/command_runner.h"
+#include "common/command_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"

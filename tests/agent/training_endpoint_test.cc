@@ -525,3 +525,156 @@ TEST_F(TrainingEndpointTest, StopIsPromptClosesClientsAndRemovesTheSocket) {
 
 }  // namespace
 }  // namespace vigil::agent
+
+namespace vigil::agent {
+namespace {
+
+// Answers each connection's first hello with the next queued result (the
+// test's clients all share one pid, so results go by order of asking).
+class QueuedResolver : public ProcessJobResolver {
+ public:
+  void Push(absl::StatusOr<ProcessJob> result) {
+    std::lock_guard<std::mutex> lock(mu_);
+    results_.push_back(std::move(result));
+  }
+  absl::StatusOr<ProcessJob> Resolve(pid_t pid, uid_t uid) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_EQ(pid, getpid()) << "the pid comes from the kernel";
+    EXPECT_EQ(uid, getuid());
+    if (results_.empty()) return absl::NotFoundError("nothing queued");
+    absl::StatusOr<ProcessJob> result = results_.front();
+    results_.erase(results_.begin());
+    return result;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<absl::StatusOr<ProcessJob>> results_;
+};
+
+class VerifiedClaimsTest : public TrainingEndpointTest {
+ protected:
+  void SetUp() override {
+    TrainingEndpointTest::SetUp();
+    resolver_ = std::make_shared<QueuedResolver>();
+    options_.job_resolver = resolver_;
+  }
+  // Waits until so many hellos were verified, left unverified and refused.
+  void WaitClaims(uint64_t verified, uint64_t unverified, uint64_t refused) {
+    ASSERT_TRUE(collector_->WaitForStats(
+        [&](const TrainingEndpointStats& s) {
+          return s.claims_verified >= verified &&
+                 s.claims_unverified >= unverified &&
+                 s.claims_refused >= refused;
+        },
+        kWait));
+  }
+  static ProcessJob Slurm(std::string id, std::string name) {
+    return ProcessJob{"slurm", std::move(id), std::move(name)};
+  }
+
+  std::shared_ptr<QueuedResolver> resolver_;
+};
+
+TEST_F(VerifiedClaimsTest, AVerifiedJobCarriesItsSchedulerId) {
+  resolver_->Push(Slurm("42", "llama"));
+  resolver_->Push(Slurm("42", "llama"));
+  StartCollector();
+  RankClient by_name(path_), unnamed(path_);
+  by_name.Hello(R"("job":"llama","rank":0)");
+  WaitClaims(1, 0, 0);
+  unnamed.Hello(R"("rank":1)");  // the job comes from the scheduler
+  by_name.Line(R"({"type":"step","step":5,"loss":2.0})");
+  unnamed.Line(R"({"type":"step","step":5,"loss":NaN})");
+  WaitLines(4);
+  Tick tick = Collect();
+  EXPECT_EQ(tick.job, "llama");
+  EXPECT_EQ(tick.verified_job_id, "42");
+  ASSERT_EQ(sink_.events().size(), 1u);
+  EXPECT_EQ(sink_.events()[0].verified_job_id, "42");
+}
+
+TEST_F(VerifiedClaimsTest, AClaimOfAnotherJobIsRefused) {
+  resolver_->Push(Slurm("42", "mine"));
+  StartCollector();
+  RankClient rank(path_);
+  rank.Hello(R"("job":"victim","rank":0)");
+  EXPECT_THAT(rank.ReadLine(),
+              HasSubstr("runs in slurm job 42 ('mine'), not in 'victim'"));
+  rank.Line(R"({"type":"step","step":5,"loss":NaN})");
+  EXPECT_THAT(rank.ReadLine(), HasSubstr("no hello"));
+  Tick tick = Collect();
+  EXPECT_NE(tick.job, "victim");
+  EXPECT_TRUE(sink_.events().empty());
+  EXPECT_EQ(collector_->stats().claims_refused, 1u);
+}
+
+TEST_F(VerifiedClaimsTest, AJobTheUserDoesNotOwnIsRefused) {
+  resolver_->Push(absl::PermissionDeniedError("Slurm job 42 belongs to uid 7"));
+  StartCollector();
+  RankClient rank(path_);
+  rank.Hello(R"("job":"42")");
+  EXPECT_THAT(rank.ReadLine(), HasSubstr("belongs to uid 7"));
+}
+
+TEST_F(VerifiedClaimsTest, OutsidersCannotSpeakForAVerifiedJob) {
+  resolver_->Push(Slurm("42", "llama"));
+  resolver_->Push(absl::NotFoundError("process runs in no Slurm job"));
+  StartCollector();
+  RankClient member(path_), outsider(path_);
+  member.Hello(R"("job":"llama","rank":0)");
+  member.Line(R"({"type":"step","step":5,"loss":2.0})");
+  WaitLines(2);
+  outsider.Hello(R"("job":"llama","rank":0)");
+  EXPECT_THAT(outsider.ReadLine(), HasSubstr("not part of"));
+  outsider.Line(R"({"type":"step","step":6,"loss":NaN})");
+  EXPECT_THAT(outsider.ReadLine(), HasSubstr("no hello"));
+  Tick tick = Collect();
+  EXPECT_EQ(tick.verified_job_id, "42");
+  EXPECT_DOUBLE_EQ(Values(tick).at("train_loss"), 2.0);
+  EXPECT_TRUE(sink_.events().empty());
+}
+
+TEST_F(VerifiedClaimsTest, UnverifiedClaimsAreAcceptedButTagged) {
+  resolver_->Push(absl::NotFoundError("process runs in no Slurm job"));
+  StartCollector();
+  RankClient rank(path_);
+  rank.Hello(R"("job":"notebook")");
+  rank.Line(R"({"type":"step","step":1,"loss":NaN})");
+  WaitLines(2);
+  Tick tick = Collect();
+  EXPECT_EQ(tick.job, "notebook");
+  EXPECT_EQ(tick.verified_job_id, "");
+  ASSERT_EQ(sink_.events().size(), 1u);
+  EXPECT_EQ(sink_.events()[0].verified_job_id, "");
+  EXPECT_EQ(collector_->stats().claims_unverified, 1u);
+}
+
+TEST_F(VerifiedClaimsTest, AVerifiedRankDisplacesEarlierClaims) {
+  resolver_->Push(absl::UnavailableError("slurmctld down"));
+  resolver_->Push(Slurm("42", "llama"));
+  StartCollector();
+  RankClient early(path_), member(path_);
+  early.Hello(R"("job":"llama","rank":3)");
+  early.Line(R"({"type":"step","step":9,"loss":100.0})");
+  WaitLines(2);
+  member.Hello(R"("job":"llama","rank":0)");
+  member.Line(R"({"type":"step","step":5,"loss":2.0})");
+  WaitLines(4);
+  Tick tick = Collect();
+  EXPECT_EQ(tick.verified_job_id, "42");
+  EXPECT_DOUBLE_EQ(Values(tick).at("train_loss"), 2.0);
+  EXPECT_EQ(tick.step, 5);
+}
+
+TEST_F(VerifiedClaimsTest, RefuseUnverifiedRefusesOutsiders) {
+  options_.refuse_unverified = true;
+  resolver_->Push(absl::NotFoundError("process runs in no Slurm job"));
+  StartCollector();
+  RankClient rank(path_);
+  rank.Hello(R"("job":"notebook")");
+  EXPECT_THAT(rank.ReadLine(), HasSubstr("job claim refused"));
+}
+
+}  // namespace
+}  // namespace vigil::agent

@@ -1,4 +1,4 @@
-#include "actuator/command_runner.h"
+#include "common/command_runner.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,7 +17,7 @@
 
 extern char** environ;
 
-namespace vigil::actuator {
+namespace vigil {
 namespace {
 
 constexpr char kTruncated[] = "[... truncated]";
@@ -237,4 +237,4 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   return result;
 }
 
-}  // namespace vigil::actuator
+}  // namespace vigil

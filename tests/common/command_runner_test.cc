@@ -1,6 +1,6 @@
 // RunCommand: argv passed verbatim (no shell), output and exit status
 // captured, timeouts and missing programs reported.
-#include "actuator/command_runner.h"
+#include "common/command_runner.h"
 
 #include <poll.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/actuator/test_util.h"
 
-namespace vigil::actuator {
+namespace vigil {
 namespace {
 
 using ::testing::HasSubstr;
@@ -141,4 +141,4 @@ TEST(CommandRunnerTest, CommandLineQuotesForDisplay) {
 }
 
 }  // namespace
-}  // namespace vigil::actuator
+}  // namespace vigil

@@ -1,7 +1,7 @@
 // Runs scheduler client programs (scontrol, squeue, ...) directly with
 // posix_spawn — never through a shell — and captures what they print.
-#ifndef VIGIL_ACTUATOR_COMMAND_RUNNER_H_
-#define VIGIL_ACTUATOR_COMMAND_RUNNER_H_
+#ifndef VIGIL_COMMON_COMMAND_RUNNER_H_
+#define VIGIL_COMMON_COMMAND_RUNNER_H_
 
 #include <string>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 
-namespace vigil::actuator {
+namespace vigil {
 
 // How a finished command went.
 struct CommandResult {
@@ -48,6 +48,6 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
 // quotes single-quoted. Display only: nothing ever runs it through a shell.
 std::string CommandLine(const std::vector<std::string>& argv);
 
-}  // namespace vigil::actuator
+}  // namespace vigil
 
-#endif  // VIGIL_ACTUATOR_COMMAND_RUNNER_H_
+#endif  // VIGIL_COMMON_COMMAND_RUNNER_H_
