@@ -10,12 +10,17 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/json_syntax.h"
 #include "notify/signing.h"
 
 namespace vigil::actuator {
 namespace {
+
+// requested_by of the requests Vigil makes by itself (not approved by an
+// operator).
+constexpr std::string_view kAutomaticRequester = "vigil";
 
 using nlohmann::json;
 
@@ -206,11 +211,65 @@ WebhookReply ActionHandler::Refuse(int http_status, const std::string& error,
   return reply;
 }
 
-WebhookReply ActionHandler::Act(const ActionRequest& action) {
-  absl::StatusOr<ActionOutcome> outcome = Perform(scheduler_, action);
+absl::Status ActionHandler::CheckJobOnNode(ActionRequest& action,
+                                           std::string* note) {
+  if (action.type != ActionType::kPause &&
+      action.type != ActionType::kCheckpointThenPause)
+    return absl::OkStatus();
+  if (action.node.empty()) {
+    if (action.requested_by == kAutomaticRequester)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "automatic ", std::string(ActionTypeName(action.type)), " of job ", action.job,
+          " names no node: Vigil acts by itself only on a job a node's agent "
+          "verified, and names that node so it can be checked here"));
+    return absl::OkStatus();  // an operator's decision
+  }
+  absl::StatusOr<std::vector<JobStatus>> jobs =
+      scheduler_.QueryJobs({action.job});
+  if (!jobs.ok()) {
+    if (absl::IsUnimplemented(jobs.status())) {
+      *note = absl::StrCat("# not checked that job ", action.job, " runs on ",
+                           action.node, ": the ", std::string(scheduler_.Name()),
+                           " backend has no scheduler to ask\n");
+      return absl::OkStatus();
+    }
+    if (absl::IsInvalidArgument(jobs.status())) return jobs.status();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot check that job ", action.job, " runs on ", action.node, ": ",
+        jobs.status().message()));
+  }
+  if (jobs->size() != 1)
+    return absl::UnavailableError("the scheduler answered for no job");
+  const JobStatus& job = jobs->front();
+  const bool alive =
+      job.state == JobState::kRunning || job.state == JobState::kSuspended;
+  const bool there = std::find(job.nodes.begin(), job.nodes.end(),
+                               action.node) != job.nodes.end();
+  if (!alive || !there)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refused: job ", action.job, " does not run on node ", action.node,
+        " (the scheduler says ", std::string(JobStateName(job.state)),
+        job.nodes.empty() ? "" : " on ", absl::StrJoin(job.nodes, ","),
+        "); the node's claim that it does is not trusted"));
+  *note = absl::StrCat("# checked: job ", action.job, " is ", std::string(scheduler_.Name()),
+                       " job ", job.job_id, ", ", std::string(JobStateName(job.state)), " on ",
+                       action.node, "\n");
+  // Act on that one job, never on every job that shares its name.
+  action.job = job.job_id;
+  return absl::OkStatus();
+}
+
+WebhookReply ActionHandler::Act(ActionRequest action) {
+  std::string note;
+  absl::Status checked = CheckJobOnNode(action, &note);
+  absl::StatusOr<ActionOutcome> outcome =
+      checked.ok() ? Perform(scheduler_, action)
+                   : absl::StatusOr<ActionOutcome>(checked);
   WebhookReply reply;
   if (outcome.ok()) {
-    reply.body = {{"id", action.id}, {"status", "done"}, {"detail", outcome->detail}};
+    reply.body = {{"id", action.id},
+                  {"status", "done"},
+                  {"detail", note + outcome->detail}};
     if (!outcome->checkpoint.empty()) reply.body["checkpoint"] = outcome->checkpoint;
     return reply;
   }

@@ -101,7 +101,17 @@ class ActionHandler {
   WebhookReply Refuse(int http_status, const std::string& error,
                       nlohmann::json record);
   // Performs `action` and builds the reply (not yet stored).
-  WebhookReply Act(const ActionRequest& action);
+  // Performs `action` (after CheckJobOnNode) and maps the outcome to the
+  // webhook's answer.
+  WebhookReply Act(ActionRequest action);
+  // Pause actions only. A request naming a node (the one whose agent
+  // verified the job) is checked with the scheduler: the job must be
+  // running (or suspended) there, and `action.job` becomes the scheduler's
+  // id of that one job. An automatic request (requested_by "vigil") naming
+  // no node is refused; an operator's is not checked. `*note` says what was
+  // checked. kFailedPrecondition when refused (422), kUnavailable when the
+  // scheduler could not answer (502, retried).
+  absl::Status CheckJobOnNode(ActionRequest& action, std::string* note);
 
   const ActionHandlerOptions options_;
   Scheduler& scheduler_;

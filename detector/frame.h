@@ -34,6 +34,9 @@ struct FrameView {
   std::span<const double> values;
   // Set when the node reports that a job ended on it.
   JobEndView job_end;
+  // The scheduler's id of `job` when the node's agent verified it
+  // (proto Frame.verified_job_id); empty: `job` is only claimed.
+  std::string_view verified_job_id;
 };
 
 }  // namespace vigil

@@ -119,6 +119,13 @@ ActionDecision ActionGate::Decide(const ActionRequest& request, int job_nodes,
                                  std::string(SeverityName(request.severity)),
                                  " actions need one"));
   }
+  if (!approved && !cordon && request.unverified_job) {
+    return Decision(ActionVerdict::kNeedsApproval,
+                    absl::StrCat(what,
+                                 " waits for a human approval: no node running "
+                                 "the job verified it with the scheduler (its "
+                                 "agents only claim it)"));
+  }
   Prune(now);
   return DecideBreaker(request, job_nodes, now);
 }

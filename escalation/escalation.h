@@ -378,7 +378,11 @@ struct ActionRequest {
   // "uncordon_node", "diagnostic_report".
   std::string action;
   std::string job;
-  std::string node;  // empty for job actions
+  // For job actions: the node the job was verified on, when it was.
+  std::string node;
+  // A job action whose job no node's agent verified with the scheduler
+  // (proto Frame.verified_job_id): it never runs without an approval.
+  bool unverified_job = false;
 };
 
 // What the gate allows.

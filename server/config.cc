@@ -47,7 +47,9 @@ void ParseGrpcTls(const Json& section, Reader& r,
   r.String(section, path, "client_ca_file", &tls.client_ca_file);
   r.Bool(section, path, "require_client_cert", &tls.require_client_cert);
   r.Integer(section, path, "reload_seconds", 1, 86400, 1, &tls.reload_seconds);
-  std::string identity = "none";
+  // With mTLS the certificate names the node unless told otherwise: a
+  // node's token or certificate must not report for another node.
+  std::string identity = tls.require_client_cert ? "certificate" : "none";
   r.String(section, path, "node_identity", &identity);
   if (identity == "certificate") {
     tls.node_identity = NodeIdentity::kCertificate;

@@ -124,7 +124,8 @@ struct GrpcTlsOptions {
   bool require_client_cert = true;
   // kCertificate refuses a stream whose Hello.node is neither the client
   // certificate's CN nor one of its DNS SANs (PERMISSION_DENIED); needs
-  // require_client_cert. Default kNone.
+  // require_client_cert. Default: kCertificate when require_client_cert
+  // (mTLS), else kNone; "node_identity": "none" opts out.
   NodeIdentity node_identity = NodeIdentity::kNone;
   // How often the files are re-read, in whole seconds. Default 60.
   int reload_seconds = 60;

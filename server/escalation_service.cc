@@ -53,6 +53,11 @@ std::string ActionOf(Response response) {
   return "";
 }
 
+// Actions on a job rather than on a node.
+bool IsJobAction(std::string_view action) {
+  return action == "checkpoint_then_pause_job" || action == "pause_job";
+}
+
 bool IsAction(std::string_view action) {
   for (std::string_view a : {"checkpoint_then_pause_job", "pause_job",
                              "cordon_node", "uncordon_node", "diagnostic_report"})
@@ -369,6 +374,20 @@ void EscalationService::StartActions(const Incident& incident) {
                                 : std::string()},
                    {"reason", incident.summary},
                    {"requested_by", "vigil"}};
+    if (IsJobAction(action)) {
+      // Only what a node's agent verified with the scheduler is acted on
+      // automatically (docs/SECURITY.md): the job's id, on a node that runs
+      // it, which the actuator checks with the scheduler again.
+      std::optional<VerifiedJob> verified;
+      if (options_.verified_job && !incident.job.empty())
+        verified = options_.verified_job(incident.job, incident.node);
+      if (verified) {
+        record["job_id"] = verified->job_id;
+        record["node"] = verified->node;
+      } else {
+        record["unverified"] = true;
+      }
+    }
     Decide(std::move(record), /*approved=*/false, options_.clock->Now());
   }
 }
@@ -385,6 +404,7 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
   request.action = action.value("action", "");
   request.job = action.value("job", "");
   request.node = action.value("node", "");
+  request.unverified_job = action.value("unverified", false);
   if (options_.actuator.url.empty()) {
     // Remediation is off: record what would have been asked, never count it
     // against the circuit breaker.
@@ -426,7 +446,7 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
                  {"action", request.action},
                  {"incident_id", request.incident_id},
                  {"severity", action["severity"]},
-                 {"job", request.job},
+                 {"job", action.value("job_id", request.job)},
                  {"node", request.node},
                  {"reason", action.value("reason", "")},
                  {"requested_by", action.value("approved_by", action.value("requested_by", "vigil"))},

@@ -38,6 +38,7 @@
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/event_hub.h"
+#include "server/fleet_view.h"
 #include "server/incident_listener.h"
 #include "server/outbox.h"
 #include "storage/series_store.h"
@@ -60,6 +61,15 @@ struct EscalationServiceOptions {
   // Where every incident change (detection update or timeline event) and
   // silence change is announced to live pages; null: nowhere.
   EventHub* changes = nullptr;
+  // The scheduler id of a job and a node that runs it, as that node's agent
+  // verified them (FleetView::FindVerifiedJob), preferring the node given.
+  // Automatic job actions (pause, checkpoint then pause) go only to
+  // verified jobs, aimed at that id and node so the actuator checks the job
+  // runs there; the others wait for an operator's approval. Null: no job is
+  // verified.
+  std::function<std::optional<VerifiedJob>(const std::string& job,
+                                           const std::string& node)>
+      verified_job;
 };
 
 // Thread-safe. OnIncidentUpdate is called by DetectionService (under its

@@ -107,6 +107,8 @@ void FleetView::OnFrame(const FrameView& frame) {
     node = Node{};
     node.job = std::string(frame.job);
   }
+  if (frame.ts >= node.last_frame_ts)
+    node.verified_job_id = std::string(frame.verified_job_id);
   node.last_frame_ts = std::max(node.last_frame_ts, frame.ts);
   if (frame.step) node.step = frame.step;
   auto job_it = jobs_.find(node.job);
@@ -183,7 +185,8 @@ std::vector<NodeSnapshot> FleetView::Nodes() const {
   std::vector<NodeSnapshot> out;
   out.reserve(nodes_.size());
   for (const auto& [name, node] : nodes_) {
-    NodeSnapshot s{name, node.job, node.last_frame_ts, node.step, {}};
+    NodeSnapshot s{name, node.job, node.verified_job_id, node.last_frame_ts,
+                   node.step, {}};
     s.gpus.reserve(node.gpus.size());
     for (const auto& [index, gpu] : node.gpus) s.gpus.push_back(gpu);
     out.push_back(std::move(s));
@@ -196,6 +199,18 @@ std::vector<JobSnapshot> FleetView::Jobs() const {
   std::vector<JobSnapshot> out;
   for (const auto& [name, job] : jobs_) out.push_back(Snapshot(name, job));
   return out;
+}
+
+std::optional<VerifiedJob> FleetView::FindVerifiedJob(
+    const std::string& job, const std::string& prefer) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::optional<VerifiedJob> found;
+  for (const auto& [name, node] : nodes_) {
+    if (node.job != job || node.verified_job_id.empty()) continue;
+    if (name == prefer) return VerifiedJob{node.verified_job_id, name};
+    if (!found) found = VerifiedJob{node.verified_job_id, name};
+  }
+  return found;
 }
 
 std::optional<JobSnapshot> FleetView::Job(const std::string& name) const {

@@ -39,6 +39,9 @@ struct GpuReading {
 struct NodeSnapshot {
   std::string node;
   std::string job;
+  // The scheduler's id of `job` when the node's agent verified it; empty
+  // when `job` is only claimed (proto Frame.verified_job_id).
+  std::string verified_job_id;
   double last_frame_ts = 0;  // data time of the newest frame
   std::optional<int64_t> step;
   std::vector<GpuReading> gpus;  // by gpu index
@@ -68,6 +71,12 @@ struct JobSnapshot {
   std::array<std::vector<SeriesId>, kJobFigures> series;
 };
 
+// A job as a node's agent verified it with the scheduler.
+struct VerifiedJob {
+  std::string job_id;  // the scheduler's id (proto Frame.verified_job_id)
+  std::string node;    // a node that runs it
+};
+
 struct FleetViewOptions {
   // Sparkline bucket width and how many buckets are kept.
   double bucket_seconds = 60;
@@ -90,6 +99,11 @@ class FleetView : public FrameObserver {
   std::vector<JobSnapshot> Jobs() const;
   // One job; nullopt when no frame of it was seen.
   std::optional<JobSnapshot> Job(const std::string& job) const;
+  // The scheduler id of `job` and a node whose newest frame runs it with
+  // that id verified by the node's agent: `prefer` when it qualifies, else
+  // the first by name. Nullopt when no node running `job` verified it.
+  std::optional<VerifiedJob> FindVerifiedJob(const std::string& job,
+                                             const std::string& prefer) const;
 
  private:
   // What a series id means to the view.
@@ -110,6 +124,7 @@ class FleetView : public FrameObserver {
   };
   struct Node {
     std::string job;
+    std::string verified_job_id;
     double last_frame_ts = 0;
     std::optional<int64_t> step;
     std::map<int, GpuReading> gpus;

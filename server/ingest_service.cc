@@ -72,6 +72,7 @@ void NotifyObserver(FrameObserver& observer, const std::string& node,
     FrameView view;
     view.node = node;
     view.job = f.job();
+    view.verified_job_id = f.verified_job_id();
     if (f.has_step()) view.step = f.step();
     view.ts = f.ts();
     view.ids = columns[i].ids;
@@ -380,6 +381,13 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
                         absl::StrCat("bad job name: ", s.message()));
       }
       last_job = &f.job();
+    }
+    if (!f.verified_job_id().empty()) {
+      if (absl::Status s =
+              ValidateLabelValue("verified_job_id", f.verified_job_id());
+          !s.ok())
+        return refuse(RejectReason::kBadJob, where,
+                      absl::StrCat("bad verified_job_id: ", s.message()));
     }
     if (f.has_job_end()) {
       const v1::JobEnd& end = f.job_end();

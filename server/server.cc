@@ -172,11 +172,16 @@ absl::Status VigilServer::Start() {
     VIGIL_ASSIGN_OR_RETURN(escalation_options.actuator.secret,
                            ReadSecretFile(options_.actuator.secret_file));
   }
+  auto fleet = std::make_unique<FleetView>(store.get());
+  escalation_options.verified_job = [view = fleet.get()](
+                                        const std::string& job,
+                                        const std::string& node) {
+    return view->FindVerifiedJob(job, node);
+  };
   auto escalation = std::make_unique<EscalationService>(escalation_options);
   VIGIL_RETURN_IF_ERROR(escalation->Start());
   detection->set_listener(escalation.get());
   VIGIL_RETURN_IF_ERROR(detection->Start());
-  auto fleet = std::make_unique<FleetView>(store.get());
   std::vector<FrameObserver*> observers = {fleet.get()};
   if (options_.detection_enabled) observers.push_back(detection.get());
   if (observer_ != nullptr) observers.push_back(observer_);

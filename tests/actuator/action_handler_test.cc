@@ -35,8 +35,27 @@ class FakeScheduler : public Scheduler {
   absl::StatusOr<ActionOutcome> Cordon(const ActionRequest& r) override { return Record(r); }
   absl::StatusOr<ActionOutcome> Uncordon(const ActionRequest& r) override { return Record(r); }
   absl::StatusOr<ActionOutcome> Report(const ActionRequest& r) override { return Record(r); }
-  absl::StatusOr<std::vector<JobStatus>> QueryJobs(const std::vector<std::string>&) override {
-    return absl::UnimplementedError("no queries here");
+  absl::StatusOr<std::vector<JobStatus>> QueryJobs(
+      const std::vector<std::string>& jobs) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queried_.insert(queried_.end(), jobs.begin(), jobs.end());
+    if (!status_.ok()) return status_.status();
+    std::vector<JobStatus> out;
+    for (const std::string& job : jobs) {
+      JobStatus s = *status_;
+      s.job = job;
+      out.push_back(s);
+    }
+    return out;
+  }
+  // What QueryJobs answers for any job (default: unimplemented, as noop).
+  void SetJobStatus(absl::StatusOr<JobStatus> status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = std::move(status);
+  }
+  std::vector<std::string> queried() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queried_;
   }
 
   void SetResult(absl::StatusOr<ActionOutcome> result) {
@@ -81,7 +100,19 @@ class FakeScheduler : public Scheduler {
   std::vector<ActionRequest> seen_;
   bool held_ = false;
   absl::StatusOr<ActionOutcome> result_ = ActionOutcome{"did it", ""};
+  absl::StatusOr<JobStatus> status_ = absl::UnimplementedError("no queries here");
+  std::vector<std::string> queried_;
 };
+
+JobStatus RunningOn(std::vector<std::string> nodes, JobState state = JobState::kRunning) {
+  JobStatus s;
+  s.job_id = "4242";
+  s.name = "llm";
+  s.state = state;
+  s.scheduler_state = "RUNNING";
+  s.nodes = std::move(nodes);
+  return s;
+}
 
 json CordonBody(const std::string& id = "act-000001") {
   return {{"id", id},
@@ -155,6 +186,63 @@ TEST_F(ActionHandlerTest, SignedActionIsPerformedAndAnswered) {
   EXPECT_EQ(seen.reason, "XID 79 on GPU 3");
   EXPECT_EQ(seen.requested_by, "policy:p1-xid");
   EXPECT_EQ(seen.received_at, clock_.Now());
+}
+
+// The node's claim that it runs a job is checked with the scheduler before
+// the job is paused, and only that one job id is paused (not every job
+// sharing its name).
+TEST_F(ActionHandlerTest, AutomaticPausesActOnlyOnAJobRunningOnTheirNode) {
+  scheduler_.SetJobStatus(RunningOn({"n1", "n2"}));
+  json body = {{"id", "act-1"}, {"action", "pause_job"}, {"job", "llm"},
+               {"node", "n2"}, {"requested_by", "vigil"}};
+  WebhookReply reply = Send(body);
+  ASSERT_EQ(reply.http_status, 200) << reply.body.dump();
+  EXPECT_THAT(reply.body["detail"].get<std::string>(),
+              HasSubstr("checked: job llm is fake job 4242, running on n2"));
+  ASSERT_EQ(scheduler_.seen().size(), 1u);
+  EXPECT_EQ(scheduler_.seen()[0].job, "4242");
+
+  body["id"] = "act-2";
+  body["node"] = "n9";  // a node that does not run it claims it does
+  reply = Send(body);
+  EXPECT_EQ(reply.http_status, 422);
+  EXPECT_THAT(reply.body["detail"].get<std::string>(),
+              HasSubstr("does not run on node n9 (the scheduler says running on n1,n2)"));
+  EXPECT_EQ(scheduler_.seen().size(), 1u) << "nothing paused";
+
+  scheduler_.SetJobStatus(RunningOn({"n2"}, JobState::kEnded));
+  body["id"] = "act-3";
+  body["node"] = "n2";
+  body["action"] = "checkpoint_then_pause_job";
+  EXPECT_EQ(Send(body).http_status, 422);
+  EXPECT_EQ(scheduler_.seen().size(), 1u);
+}
+
+TEST_F(ActionHandlerTest, AutomaticPausesMustNameTheirNode) {
+  scheduler_.SetJobStatus(RunningOn({"n1"}));
+  json body = {{"id", "act-1"}, {"action", "pause_job"}, {"job", "llm"},
+               {"requested_by", "vigil"}};
+  WebhookReply reply = Send(body);
+  EXPECT_EQ(reply.http_status, 422);
+  EXPECT_THAT(reply.body["detail"].get<std::string>(), HasSubstr("names no node"));
+  EXPECT_TRUE(scheduler_.seen().empty());
+  // An operator's approved pause is the operator's call.
+  body["id"] = "act-2";
+  body["requested_by"] = "carol";
+  EXPECT_EQ(Send(body).http_status, 200);
+  ASSERT_EQ(scheduler_.seen().size(), 1u);
+  EXPECT_EQ(scheduler_.seen()[0].job, "llm");
+  EXPECT_TRUE(scheduler_.queried().empty());
+}
+
+TEST_F(ActionHandlerTest, ASchedulerThatCannotAnswerMeansRetryNotAct) {
+  scheduler_.SetJobStatus(absl::UnavailableError("slurmctld is down"));
+  json body = {{"id", "act-1"}, {"action", "pause_job"}, {"job", "llm"},
+               {"node", "n1"}, {"requested_by", "vigil"}};
+  WebhookReply reply = Send(body);
+  EXPECT_EQ(reply.http_status, 502);
+  EXPECT_THAT(reply.body["detail"].get<std::string>(), HasSubstr("slurmctld is down"));
+  EXPECT_TRUE(scheduler_.seen().empty());
 }
 
 TEST_F(ActionHandlerTest, CheckpointAnswerCarriesTheCheckpointAndTimeout) {

@@ -5,13 +5,17 @@
 // engine would publish them.
 #include "server/escalation_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "notify/signing.h"
 #include "server/detection_service.h"
@@ -133,6 +137,16 @@ class EscalationServiceTest : public ::testing::Test {
     o.notifications = TestNotifications();
     o.actuator.url = "http://127.0.0.1:1/actuator";
     o.actuator.secret = kSecret;
+    o.verified_job = [this](const std::string& job, const std::string& node)
+        -> std::optional<VerifiedJob> {
+      std::lock_guard<std::mutex> lock(verified_mu_);
+      auto it = verified_.find(job);
+      if (it == verified_.end()) return std::nullopt;
+      const auto& [job_id, nodes] = it->second;
+      if (std::find(nodes.begin(), nodes.end(), node) != nodes.end())
+        return VerifiedJob{job_id, node};
+      return VerifiedJob{job_id, nodes.front()};
+    };
     service_ = std::make_unique<EscalationService>(o);
     detection_->set_listener(service_.get());
     ASSERT_TRUE(service_->Start().ok());
@@ -168,6 +182,18 @@ class EscalationServiceTest : public ::testing::Test {
   }
 
   size_t Calls() { return transport_.Matching("Calls.json").size(); }
+
+  // Makes `job` verified as scheduler job `job_id` on `nodes` (what the
+  // fleet view learns from Frame.verified_job_id).
+  void Verify(const std::string& job, const std::string& job_id,
+              std::vector<std::string> nodes) {
+    std::lock_guard<std::mutex> lock(verified_mu_);
+    verified_[job] = {job_id, std::move(nodes)};
+  }
+
+  std::mutex verified_mu_;
+  std::map<std::string, std::pair<std::string, std::vector<std::string>>>
+      verified_;
 
   FakeClock clock_;
   RecordingTransport transport_;
@@ -231,6 +257,7 @@ TEST_F(EscalationServiceTest, P0PagesPhoneSmsImAtOnceAndAckStopsRepaging) {
 
 TEST_F(EscalationServiceTest, P0ActionsGoToTheActuatorSignedAndRecordTheAnswer) {
   AddJobNodes("llm", 8);
+  Verify("llm", "4242", {"n0", "n1"});
   const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
                               {Response::kCheckpointThenPauseJob, Response::kCordonNode});
   ASSERT_TRUE(Eventually([&] { return transport_.Matching("/actuator").size() == 2; }));
@@ -245,7 +272,14 @@ TEST_F(EscalationServiceTest, P0ActionsGoToTheActuatorSignedAndRecordTheAnswer) 
     EXPECT_TRUE(VerifyWebhook(kSecret, ts, sig, r.body, now, 300).ok()) << r.body;
     Json body = Json::parse(r.body);
     EXPECT_EQ(body["incident_id"], id);
-    EXPECT_EQ(body["job"], "llm");
+    if (body["action"] == "cordon_node") {
+      EXPECT_EQ(body["job"], "llm");
+    } else {
+      // The job as the node's agent verified it, on that node: the
+      // actuator checks with the scheduler that it runs there.
+      EXPECT_EQ(body["job"], "4242");
+      EXPECT_EQ(body["node"], "n1");
+    }
     actions.push_back(body["action"]);
   }
   EXPECT_EQ(actions, (std::vector<std::string>{"checkpoint_then_pause_job", "cordon_node"}));
@@ -276,6 +310,29 @@ TEST_F(EscalationServiceTest, MalformedActuatorAnswersAreRecordedNotThrownOn) {
   const Json action = service_->ListActions(id)["actions"][0];
   EXPECT_TRUE(action["detail"].is_string()) << action.dump();
   EXPECT_EQ(action["result"]["status"], 5);
+}
+
+// A job no node verified with the scheduler (its ranks only claimed it,
+// e.g. a local user's process naming another user's job) is never paused
+// automatically, however severe the incident; an operator may approve.
+TEST_F(EscalationServiceTest, UnverifiedJobsAreNeverPausedAutomatically) {
+  AddJobNodes("llm", 8);
+  const std::string id = Open(Severity::kP0, "nan_loss", "llm", "n1",
+                              {Response::kCheckpointThenPauseJob});
+  Json action = service_->ListActions(id)["actions"][0];
+  EXPECT_EQ(action["state"], "pending_approval") << action.dump();
+  EXPECT_THAT(action["decision"].get<std::string>(),
+              ::testing::HasSubstr("verified it with the scheduler"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(transport_.Matching("/actuator").empty());
+  absl::StatusOr<Json> approved = service_->ApproveAction(
+      action["id"].get<std::string>(), Identity{"carol", Role::kOperator});
+  ASSERT_TRUE(approved.ok()) << approved.status();
+  EXPECT_EQ((*approved)["state"], "sent");
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("/actuator").size() == 1; }));
+  Json body = Json::parse(transport_.Matching("/actuator")[0].body);
+  EXPECT_EQ(body["job"], "llm");
+  EXPECT_EQ(body["requested_by"], "carol");
 }
 
 TEST_F(EscalationServiceTest, P1ActionsWaitForApproval) {

@@ -222,6 +222,24 @@ TEST(GrpcSecurityConfigTest, ParsesTlsAndTokenSections) {
   EXPECT_TRUE(ValidateServerOptions(options).ok());
 }
 
+// With mTLS on, the certificate names the node unless the config opts out:
+// a node's certificate must not report for another node.
+TEST(GrpcSecurityConfigTest, MutualTlsBindsNodesToCertificatesByDefault) {
+  ServerOptions mtls;
+  ASSERT_TRUE(ParseServerConfig(R"({"grpc_tls": {"cert_file": "/s.crt",
+      "key_file": "/s.key", "client_ca_file": "/ca.crt"}})", &mtls).ok());
+  EXPECT_EQ(mtls.grpc_tls->node_identity, NodeIdentity::kCertificate);
+  ServerOptions opted_out;
+  ASSERT_TRUE(ParseServerConfig(R"({"grpc_tls": {"cert_file": "/s.crt",
+      "key_file": "/s.key", "client_ca_file": "/ca.crt",
+      "node_identity": "none"}})", &opted_out).ok());
+  EXPECT_EQ(opted_out.grpc_tls->node_identity, NodeIdentity::kNone);
+  ServerOptions tls_only;
+  ASSERT_TRUE(ParseServerConfig(R"({"grpc_tls": {"cert_file": "/s.crt",
+      "key_file": "/s.key", "require_client_cert": false}})", &tls_only).ok());
+  EXPECT_EQ(tls_only.grpc_tls->node_identity, NodeIdentity::kNone);
+}
+
 TEST(GrpcSecurityConfigTest, ReportsEveryBadKey) {
   ServerOptions options;
   absl::Status s = ParseServerConfig(R"({
