@@ -70,9 +70,11 @@ struct TrainingCollectorOptions {
   // Checks each hello's job against the job the connecting process really
   // runs in (its pid and uid come from the kernel, SO_PEERCRED); null
   // leaves every claim unverified. With it:
-  //   - a process in a scheduler job may claim only that job (its id or,
-  //     for Slurm, its name; a hello naming no job gets it); another claim
-  //     is refused, and so is a job its uid does not own;
+  //   - a process in a Slurm job may claim only that job (its id or name;
+  //     a hello naming no job gets it); another claim is refused, and so
+  //     is a job its uid does not own. A process in a Kubernetes pod is
+  //     verified when it claims the pod's UID, else left unverified (the
+  //     pod's job name would take the API server);
   //   - a process in no job (or when the scheduler cannot answer) is
   //     accepted unverified, or refused when refuse_unverified;
   //   - an unverified claim of a job that has a verified rank is refused.

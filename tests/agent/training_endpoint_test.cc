@@ -678,3 +678,24 @@ TEST_F(VerifiedClaimsTest, RefuseUnverifiedRefusesOutsiders) {
 
 }  // namespace
 }  // namespace vigil::agent
+
+namespace vigil::agent {
+namespace {
+
+TEST_F(VerifiedClaimsTest, PodsVerifyTheirUidAndLeaveNamesUnverified) {
+  const ProcessJob pod{"kubernetes", "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b", ""};
+  resolver_->Push(pod);
+  resolver_->Push(pod);
+  StartCollector();
+  RankClient by_name(path_);
+  by_name.Hello(R"("job":"llama")");
+  WaitClaims(0, 1, 0);
+  EXPECT_EQ(Collect().verified_job_id, "");
+  by_name.Hello(R"("job":"0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b")");
+  WaitClaims(1, 1, 0);
+  Tick tick = Collect();
+  EXPECT_EQ(tick.verified_job_id, pod.job_id);
+}
+
+}  // namespace
+}  // namespace vigil::agent
