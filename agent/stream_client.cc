@@ -371,6 +371,14 @@ void StreamClient::ReadLoop(Stream* stream) {
       stats_.acked_seq = ack.acked_seq();
     }
     stats_.samples_dropped_by_server += ack.dropped_samples();
+    stats_.samples_refused_by_server += ack.refused_samples();
+    if (!ack.refused_reason().empty() &&
+        ack.refused_reason() != last_refused_reason_) {
+      // Logged when it changes: a refused series stays refused.
+      last_refused_reason_ = ack.refused_reason();
+      std::fprintf(stderr, "vigil-agent: the server refused samples: %s\n",
+                   last_refused_reason_.c_str());
+    }
     stats_.last_ack_time = now;
     stats_.streaming = true;
     stream->acked = true;

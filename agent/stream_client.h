@@ -81,6 +81,8 @@ struct StreamClientStats {
   uint64_t already_exists = 0;    // refusals: another agent holds the node
   uint64_t unauthorized = 0;  // refusals: UNAUTHENTICATED, PERMISSION_DENIED
   uint64_t samples_dropped_by_server = 0;  // Ack.dropped_samples, summed
+  // Of those, samples of series a server limit refused (Ack.refused_samples).
+  uint64_t samples_refused_by_server = 0;
   uint64_t last_seq = 0;                   // seq of the newest enqueued batch
   uint64_t acked_seq = 0;  // highest seq the server acknowledged
   size_t pending_batches = 0;
@@ -174,6 +176,7 @@ class StreamClient {
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t sent_through_ ABSL_GUARDED_BY(mu_) = 0;  // highest seq written
   double last_progress_ ABSL_GUARDED_BY(mu_) = 0;   // last write/ack time
+  std::string last_refused_reason_ ABSL_GUARDED_BY(mu_);  // logged last
   std::thread thread_;
 };
 

@@ -249,9 +249,17 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
     }
     if (auto it = root.find("ingest"); it != root.end() &&
         r.CheckObject(*it, "ingest",
-                      {"max_future_skew_seconds", "max_message_mb"})) {
+                      {"max_future_skew_seconds", "max_message_mb",
+                       "max_series_per_stream", "max_new_series_per_node",
+                       "max_new_series_per_job"})) {
       r.Positive(*it, "ingest", "max_future_skew_seconds", 1, kDay,
                  &o.max_future_skew_seconds);
+      r.Integer(*it, "ingest", "max_series_per_stream", 0, 100'000'000, 1,
+                &o.max_series_per_stream);
+      r.Integer(*it, "ingest", "max_new_series_per_node", 0, 1'000'000'000, 1,
+                &o.max_new_series_per_node);
+      r.Integer(*it, "ingest", "max_new_series_per_job", 0, 1'000'000'000, 1,
+                &o.max_new_series_per_job);
       r.Integer(*it, "ingest", "max_message_mb", 1, 1024, 1 << 20,
                 &o.max_message_bytes);
     }

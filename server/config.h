@@ -39,7 +39,10 @@ namespace vigil {
 //                "sync_frame_log": false, "block_samples": 720,
 //                "block_seconds": 7200, "max_series": 10000000,
 //                "frame_log_checkpoint_mb": 64},
-//    "ingest": {"max_future_skew_seconds": 300, "max_message_mb": 4},
+//    "ingest": {"max_future_skew_seconds": 300, "max_message_mb": 4,
+//               "max_series_per_stream": 50000,
+//               "max_new_series_per_node": 100000,
+//               "max_new_series_per_job": 5000000},
 //    "http": {"max_points": 1000000, "threads": 32},
 //    "detection": {"enabled": true, "rules_file": "...",
 //                  "learn_steps": 1000, "k_sigma": 3,
@@ -189,6 +192,13 @@ struct ServerOptions {
   double max_future_skew_seconds = 300;
   // Largest FrameBatch accepted; larger ones get RESOURCE_EXHAUSTED.
   int max_message_bytes = 4 << 20;
+  // Series limits (0: none); refused series lose their samples, the rest of
+  // the batch is kept (server/ingest_service.h). Series one agent stream
+  // may define; new series one node, and one job over all its nodes, may
+  // create within the raw retention.
+  uint32_t max_series_per_stream = 50'000;
+  uint64_t max_new_series_per_node = 100'000;
+  uint64_t max_new_series_per_job = 5'000'000;
 
   // Most points one /api/v1/query answer may hold (400 beyond, asking for
   // a step).

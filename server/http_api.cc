@@ -306,6 +306,19 @@ void HttpApi::InstallHandlers() {
     AppendSample(&out,
                  "vigil_ingest_dropped_samples_total{reason=\"out_of_order\"}",
                  m.dropped_out_of_order.load());
+    AppendSample(&out,
+                 "vigil_ingest_dropped_samples_total{reason=\"series_limit\"}",
+                 m.dropped_series_limit.load());
+    AppendFamily(&out, "vigil_ingest_series_refused_total", "counter",
+                 "New series refused by a series limit, by limit.");
+    for (size_t l = 0; l < static_cast<size_t>(SeriesLimit::kCount); ++l) {
+      AppendSample(&out,
+                   absl::StrCat("vigil_ingest_series_refused_total{limit=\"",
+                                std::string(SeriesLimitName(
+                                    static_cast<SeriesLimit>(l))),
+                                "\"}"),
+                   m.series_refused[l].load());
+    }
     AppendFamily(&out, "vigil_ingest_rate_samples_per_second", "gauge",
                  "Samples ingested per second over the last 10 s.");
     AppendSample(&out, "vigil_ingest_rate_samples_per_second",

@@ -6,6 +6,17 @@
 
 namespace vigil {
 
+std::string_view SeriesLimitName(SeriesLimit limit) {
+  switch (limit) {
+    case SeriesLimit::kStream: return "stream";
+    case SeriesLimit::kNode: return "node";
+    case SeriesLimit::kJob: return "job";
+    case SeriesLimit::kStore: return "store";
+    case SeriesLimit::kCount: break;
+  }
+  return "unknown";
+}
+
 std::string_view RejectReasonName(RejectReason reason) {
   switch (reason) {
     case RejectReason::kMissingHello: return "missing_hello";

@@ -58,6 +58,18 @@ class RateWindow {
   std::array<Bucket, kBuckets> buckets_ ABSL_GUARDED_BY(mu_);
 };
 
+// Which limit refused a new series (vigil_ingest_series_refused_total).
+enum class SeriesLimit {
+  kStream,  // the stream's dictionary is full (max_series_per_stream)
+  kNode,    // the node created too many series (SeriesBudgetOptions)
+  kJob,     // the job did
+  kStore,   // the store's global max_series
+  kCount,   // not a limit: the number of limits
+};
+
+// The Prometheus label value of `limit`, e.g. "node".
+std::string_view SeriesLimitName(SeriesLimit limit);
+
 // Monotonic ingest counters (plus the connected-agents gauge), and the
 // drop counts agents report. Safe for concurrent use: the counters are
 // lock-free, the agent reports take a short lock once per stream; values
@@ -69,10 +81,20 @@ struct IngestMetrics {
   std::atomic<uint64_t> resent_batches{0};  // deduplicated resends
   std::atomic<uint64_t> dropped_duplicate{0};
   std::atomic<uint64_t> dropped_out_of_order{0};
+  // Samples dropped because a limit refused their series.
+  std::atomic<uint64_t> dropped_series_limit{0};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(SeriesLimit::kCount)>
+      series_refused{};
   std::atomic<int64_t> connected_agents{0};  // gauge: live streams
   std::array<std::atomic<uint64_t>, static_cast<size_t>(RejectReason::kCount)>
       rejected{};
   RateWindow sample_rate;
+
+  // Counts one series refused by `limit`.
+  void RefuseSeries(SeriesLimit limit) {
+    series_refused[static_cast<size_t>(limit)].fetch_add(
+        1, std::memory_order_relaxed);
+  }
 
   // Counts one refused input.
   void Reject(RejectReason reason) {

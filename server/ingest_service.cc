@@ -18,6 +18,11 @@ namespace {
 constexpr uint32_t kDenseIdLimit = 1 << 20;
 constexpr uint32_t kNoSlot = UINT32_MAX;
 constexpr SeriesId kUnresolved = UINT32_MAX;
+// A (job, series) whose creation a series limit refused: its samples are
+// dropped for the rest of the stream.
+constexpr SeriesId kRefused = UINT32_MAX - 1;
+// The slot of a sample whose series id the dictionary limit left out.
+constexpr uint32_t kRefusedSlot = UINT32_MAX - 1;
 // Jobs whose resolved ids a stream keeps; a node rarely changes job.
 constexpr size_t kMaxJobsPerStream = 8;
 
@@ -133,7 +138,14 @@ struct IngestService::StreamState {
 
   // Reused per batch: slots, then store ids, of every sample, in order.
   std::vector<SeriesId> ids;
+  std::vector<double> kept;  // values of frames that lost refused samples
   std::vector<FrameColumns> columns;
+  // The dictionary reached max_series_per_stream: ids it left out are
+  // dropped, not refused as unknown.
+  bool dictionary_full = false;
+  // Samples of the current batch dropped by a series limit, and why.
+  uint64_t refused_samples = 0;
+  std::string refused_reason;
   bool applied = false;  // the last batch was stored (not a resend)
 
   uint32_t SlotOf(uint32_t local_id) const {
@@ -173,7 +185,35 @@ struct IngestService::StreamState {
 };
 
 IngestService::IngestService(const IngestOptions& options)
-    : options_(options) {}
+    : options_(options), budget_(options.series_budget) {}
+
+absl::StatusOr<SeriesId> IngestService::ResolveNew(StreamState& st,
+                                                   SeriesKey key,
+                                                   const std::string& job,
+                                                   double now) {
+  IngestMetrics& metrics = *options_.metrics;
+  auto refused = [&](SeriesLimit limit, absl::string_view why) {
+    metrics.RefuseSeries(limit);
+    if (st.refused_reason.empty())
+      st.refused_reason = absl::StrCat("series ", key.ToString(), " refused: ", why);
+    return kRefused;
+  };
+  if (absl::Status s = NormalizeSeriesKey(&key); !s.ok())
+    return absl::Status(s.code(), absl::StrCat("series ", key.ToString(), ": ", s.message()));
+  absl::StatusOr<SeriesId> found = options_.store->Find(key);
+  if (found.ok() || !absl::IsNotFound(found.status())) return found;
+  bool by_node = false;
+  if (absl::Status s = budget_.Charge(st.node, job, now, &by_node); !s.ok())
+    return refused(by_node ? SeriesLimit::kNode : SeriesLimit::kJob, s.message());
+  absl::StatusOr<SeriesId> created = options_.store->Resolve(key);
+  if (absl::IsResourceExhausted(created.status()))
+    return refused(SeriesLimit::kStore, created.status().message());
+  if (!created.ok())
+    return absl::Status(created.status().code(),
+                        absl::StrCat("series ", key.ToString(), ": ",
+                                     created.status().message()));
+  return created;
+}
 
 IngestService::~IngestService() = default;
 
@@ -324,6 +364,14 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
                                    st.defs[slot].key.ToString()));
       continue;
     }
+    if (options_.max_series_per_stream > 0 &&
+        st.defs.size() >= options_.max_series_per_stream) {
+      // Keep the stream and its known series; drop the new one's samples.
+      if (!st.dictionary_full)
+        metrics.RefuseSeries(SeriesLimit::kStream);
+      st.dictionary_full = true;
+      continue;
+    }
     st.AddSlot(def.id(), static_cast<uint32_t>(st.defs.size()));
     st.defs.push_back(std::move(entry));
   }
@@ -336,6 +384,8 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
                         "instance");
   ack->set_acked_seq(seq);
   ack->set_dropped_samples(0);
+  ack->clear_refused_samples();
+  ack->clear_refused_reason();
   st.applied = false;
   if (seq <= session.last_applied_seq) {
     metrics.resent_batches.fetch_add(1, std::memory_order_relaxed);
@@ -405,6 +455,7 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
     }
     for (uint32_t local_id : f.series_ids()) {
       uint32_t slot = st.SlotOf(local_id);
+      if (slot == kNoSlot && st.dictionary_full) slot = kRefusedSlot;
       if (slot == kNoSlot)
         return refuse(RejectReason::kUnknownSeries, where,
                       absl::StrCat("unknown series id ", local_id));
@@ -412,8 +463,12 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
     }
   }
 
-  // Pass 2: translate slots to store ids, resolving new (job, series) pairs.
+  // Pass 2: translate slots to store ids, resolving new (job, series) pairs;
+  // samples of series a limit refused are dropped, the rest kept.
   st.columns.clear();
+  st.refused_samples = 0;
+  st.refused_reason.clear();
+  if (st.kept.size() < total) st.kept.resize(total);
   pos = 0;
   StreamState::JobIds* job = nullptr;
   for (int i = 0; i < batch.frames_size(); ++i) {
@@ -424,28 +479,44 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
     }
     const size_t n = f.series_ids_size();
     SeriesId* ids = st.ids.data() + pos;
+    const double* values = f.values().data();
+    double* kept_values = nullptr;  // set once a sample of the frame is dropped
+    size_t kept = 0;
     for (size_t k = 0; k < n; ++k) {
-      SeriesId& id = job->ids[ids[k]];
-      if (id == kUnresolved) {
-        SeriesKey key = st.defs[ids[k]].key;
-        key.labels.emplace_back("job", f.job());
-        absl::Status s = NormalizeSeriesKey(&key);
-        absl::StatusOr<SeriesId> resolved =
-            s.ok() ? options_.store->Resolve(key) : absl::StatusOr<SeriesId>(s);
-        if (!resolved.ok()) {
-          metrics.Reject(RejectReason::kStorage);
-          return grpc::Status(
-              static_cast<grpc::StatusCode>(resolved.status().code()),
-              absl::StrCat("batch ", seq, " frame ", i, ": series ",
-                           key.ToString(), ": ", resolved.status().message()));
+      SeriesId id = kRefused;
+      if (const uint32_t slot = ids[k]; slot != kRefusedSlot) {
+        SeriesId& cached = job->ids[slot];
+        if (cached == kUnresolved) {
+          SeriesKey key = st.defs[slot].key;
+          key.labels.emplace_back("job", f.job());
+          absl::StatusOr<SeriesId> resolved = ResolveNew(st, std::move(key), f.job(), now);
+          if (!resolved.ok()) {
+            metrics.Reject(RejectReason::kStorage);
+            return grpc::Status(
+                static_cast<grpc::StatusCode>(resolved.status().code()),
+                absl::StrCat("batch ", seq, " frame ", i, ": ",
+                             resolved.status().message()));
+          }
+          cached = *resolved;
         }
-        id = *resolved;
+        id = cached;
       }
-      ids[k] = id;
+      if (id == kRefused) {
+        ++st.refused_samples;
+        if (kept_values == nullptr) {
+          kept_values = st.kept.data() + pos;
+          std::copy(values, values + kept, kept_values);
+        }
+        continue;
+      }
+      ids[kept] = id;
+      if (kept_values != nullptr) kept_values[kept] = values[k];
+      ++kept;
     }
     st.columns.push_back(FrameColumns{
-        f.ts(), std::span<const SeriesId>(ids, n),
-        std::span<const double>(f.values().data(), n)});
+        f.ts(), std::span<const SeriesId>(ids, kept),
+        std::span<const double>(kept_values != nullptr ? kept_values : values,
+                                kept)});
     pos += n;
   }
 
@@ -456,7 +527,14 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
                         absl::StrCat("batch ", seq, ": storage: ", s.message()));
   }
   session.last_applied_seq = seq;
-  ack->set_dropped_samples(appended.duplicates + appended.out_of_order);
+  ack->set_dropped_samples(appended.duplicates + appended.out_of_order +
+                           st.refused_samples);
+  if (st.refused_samples > 0) {
+    ack->set_refused_samples(st.refused_samples);
+    ack->set_refused_reason(st.refused_reason);
+    metrics.dropped_series_limit.fetch_add(st.refused_samples,
+                                           std::memory_order_relaxed);
+  }
 
   metrics.samples.fetch_add(total, std::memory_order_relaxed);
   metrics.frames.fetch_add(batch.frames_size(), std::memory_order_relaxed);

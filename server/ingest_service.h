@@ -14,6 +14,7 @@
 #include "server/frame_observer.h"
 #include "server/grpc_security.h"
 #include "server/ingest_metrics.h"
+#include "server/series_budget.h"
 #include "storage/series_store.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
@@ -32,6 +33,12 @@ struct IngestOptions {
   double max_future_skew_seconds = 300;
   // Frames older than this (the raw retention) are refused.
   double raw_retention_seconds = 7 * 86400.0;
+  // Series one stream may define (its dictionary); 0: no limit. Past it,
+  // new definitions are left out and their samples dropped; the stream and
+  // its known series carry on.
+  uint32_t max_series_per_stream = 50'000;
+  // New series per node and per job over a window (server/series_budget.h).
+  SeriesBudgetOptions series_budget;
 };
 
 // Serves Ingest.Stream with one thread per stream (sync gRPC API).
@@ -69,8 +76,15 @@ class IngestService final : public v1::Ingest::Service {
   // Validates, applies and acks one batch.
   grpc::Status HandleBatch(StreamState& state, const v1::FrameBatch& batch,
                            v1::Ack* ack);
+  // The store id of `key` (a series of `job` the stream has not used yet,
+  // its job label set), created if the series limits allow. kRefused (see
+  // the .cc) when a limit refuses it, noted in the stream's refused_reason
+  // and the metrics; an error for a malformed key or a failing store.
+  absl::StatusOr<SeriesId> ResolveNew(StreamState& state, SeriesKey key,
+                                      const std::string& job, double now);
 
   const IngestOptions options_;
+  SeriesBudget budget_;
   std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<NodeSession>> nodes_
       ABSL_GUARDED_BY(mu_);

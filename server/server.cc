@@ -195,6 +195,10 @@ absl::Status VigilServer::Start() {
   ingest_options.observer = observer;
   ingest_options.authenticator = stream_auth.get();
   ingest_options.max_future_skew_seconds = options_.max_future_skew_seconds;
+  ingest_options.max_series_per_stream = options_.max_series_per_stream;
+  ingest_options.series_budget.per_node = options_.max_new_series_per_node;
+  ingest_options.series_budget.per_job = options_.max_new_series_per_job;
+  ingest_options.series_budget.window_seconds = options_.raw_retention_seconds;
   ingest_options.raw_retention_seconds = options_.raw_retention_seconds;
   auto ingest = std::make_unique<IngestService>(ingest_options);
 

@@ -47,6 +47,15 @@ class MemoryStore : public SeriesStore {
     return id;
   }
 
+  absl::StatusOr<SeriesId> Find(const SeriesKey& key) const override {
+    SeriesKey normal = key;
+    if (auto s = NormalizeSeriesKey(&normal); !s.ok()) return s;
+    absl::MutexLock l(&mu_);
+    auto it = ids_.find(normal);
+    if (it == ids_.end()) return absl::NotFoundError("no such series");
+    return it->second;
+  }
+
   absl::StatusOr<SeriesKey> Key(SeriesId id) const override {
     absl::MutexLock l(&mu_);
     if (id >= series_.size())

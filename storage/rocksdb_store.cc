@@ -193,6 +193,7 @@ class RocksDbStore : public SeriesStore {
   absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<SeriesId> Resolve(const SeriesKey& key) override;
+  absl::StatusOr<SeriesId> Find(const SeriesKey& key) const override;
   absl::StatusOr<SeriesKey> Key(SeriesId id) const override;
   std::vector<SeriesInfo> ListSeries(const SeriesFilter& filter) const override;
   absl::Status Append(std::span<const FrameColumns> frames,
@@ -536,6 +537,15 @@ absl::Status RocksDbStore::Checkpoint() {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<SeriesId> RocksDbStore::Find(const SeriesKey& key) const {
+  SeriesKey normal = key;
+  VIGIL_RETURN_IF_ERROR(NormalizeSeriesKey(&normal));
+  absl::MutexLock l(&mu_);
+  auto it = ids_.find(normal);
+  if (it == ids_.end()) return absl::NotFoundError("no such series");
+  return it->second;
 }
 
 absl::StatusOr<SeriesId> RocksDbStore::Resolve(const SeriesKey& key) {

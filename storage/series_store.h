@@ -112,6 +112,10 @@ class SeriesStore {
   // malformed; kResourceExhausted past the configured series limit.
   virtual absl::StatusOr<SeriesId> Resolve(const SeriesKey& key) = 0;
 
+  // The id of `key` (normalized) if it exists; kNotFound otherwise, without
+  // creating it. kInvalidArgument if the key is malformed.
+  virtual absl::StatusOr<SeriesId> Find(const SeriesKey& key) const = 0;
+
   // The key of `id`, or kNotFound.
   virtual absl::StatusOr<SeriesKey> Key(SeriesId id) const = 0;
 

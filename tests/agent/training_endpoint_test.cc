@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -569,6 +570,15 @@ class VerifiedClaimsTest : public TrainingEndpointTest {
         },
         kWait));
   }
+  // The events delivered once there are `n` (the endpoint counts a line
+  // before it delivers its event), or after kWait.
+  std::vector<Tick> WaitEvents(size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (sink_.events().size() < n &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    return sink_.events();
+  }
   static ProcessJob Slurm(std::string id, std::string name) {
     return ProcessJob{"slurm", std::move(id), std::move(name)};
   }
@@ -590,8 +600,9 @@ TEST_F(VerifiedClaimsTest, AVerifiedJobCarriesItsSchedulerId) {
   Tick tick = Collect();
   EXPECT_EQ(tick.job, "llama");
   EXPECT_EQ(tick.verified_job_id, "42");
-  ASSERT_EQ(sink_.events().size(), 1u);
-  EXPECT_EQ(sink_.events()[0].verified_job_id, "42");
+  std::vector<Tick> events = WaitEvents(1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].verified_job_id, "42");
 }
 
 TEST_F(VerifiedClaimsTest, AClaimOfAnotherJobIsRefused) {
@@ -645,8 +656,9 @@ TEST_F(VerifiedClaimsTest, UnverifiedClaimsAreAcceptedButTagged) {
   Tick tick = Collect();
   EXPECT_EQ(tick.job, "notebook");
   EXPECT_EQ(tick.verified_job_id, "");
-  ASSERT_EQ(sink_.events().size(), 1u);
-  EXPECT_EQ(sink_.events()[0].verified_job_id, "");
+  std::vector<Tick> events = WaitEvents(1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].verified_job_id, "");
   EXPECT_EQ(collector_->stats().claims_unverified, 1u);
 }
 

@@ -232,3 +232,109 @@ TEST(IngestTest, StopCancelsLiveStreamsAndRestartServes) {
 
 }  // namespace
 }  // namespace vigil::testing
+
+namespace vigil::testing {
+namespace {
+
+// A limit refuses only new series: the batch's known series are stored and
+// the stream carries on; the ack says how many samples were refused and why.
+TEST(IngestLimitsTest, ANodeOverItsSeriesLimitKeepsItsKnownSeries) {
+  ServerOptions options = TestOptions();
+  options.max_new_series_per_node = 2;
+  TestServer t(options);
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  ASSERT_TRUE(client.Send(FirstBatch("n1", "a")).has_value());
+  // A third series, and the two known ones, in one frame.
+  v1::FrameBatch second = Batch(2);
+  *second.add_series() = Def(3, "gpu_temperature_celsius", {{"gpu", "0"}});
+  *second.add_frames() = Frame("llm", kT0 - 99, {1, 3, 2}, {251, 60, 2.5});
+  std::optional<v1::Ack> ack = client.Send(second);
+  ASSERT_TRUE(ack.has_value()) << client.Finish().error_message();
+  EXPECT_EQ(ack->acked_seq(), 2u);
+  EXPECT_EQ(ack->refused_samples(), 1u);
+  EXPECT_EQ(ack->dropped_samples(), 1u);
+  EXPECT_NE(ack->refused_reason().find("node n1 created 2 new series"),
+            std::string::npos)
+      << ack->refused_reason();
+  EXPECT_EQ(SamplesOf(t.server.store(), "n1", "gpu_power_watts"),
+            (std::vector<Sample>{{kT0 - 100, 250.5}, {kT0 - 99, 251}}));
+  EXPECT_EQ(SamplesOf(t.server.store(), "n1", "train_loss").size(), 2u);
+  EXPECT_TRUE(t.server.store()
+                  ->ListSeries(SeriesFilter{"", "", "gpu_temperature_celsius"})
+                  .empty());
+  // Another node is not affected.
+  IngestClient other(t.server.grpc_port());
+  other.Open();
+  ack = other.Send(FirstBatch("n2", "b"));
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->refused_samples(), 0u);
+  EXPECT_EQ(t.server.metrics().series_refused[static_cast<size_t>(SeriesLimit::kNode)].load(), 1u);
+  EXPECT_EQ(t.server.metrics().dropped_series_limit.load(), 1u);
+}
+
+TEST(IngestLimitsTest, AJobOverItsSeriesLimitKeepsItsKnownSeries) {
+  ServerOptions options = TestOptions();
+  options.max_new_series_per_job = 3;
+  TestServer t(options);
+  IngestClient a(t.server.grpc_port()), b(t.server.grpc_port());
+  a.Open();
+  b.Open();
+  ASSERT_TRUE(a.Send(FirstBatch("n1", "a")).has_value());
+  std::optional<v1::Ack> ack = b.Send(FirstBatch("n2", "b"));
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->refused_samples(), 1u);
+  EXPECT_NE(ack->refused_reason().find("job llm created 3 new series"),
+            std::string::npos)
+      << ack->refused_reason();
+  // The same series under another job name is another job's budget.
+  v1::FrameBatch next = Batch(2);
+  *next.add_frames() = Frame("other", kT0 - 99, {1, 2}, {1, 2});
+  ack = b.Send(next);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(ack->refused_samples(), 0u) << ack->refused_reason();
+}
+
+TEST(IngestLimitsTest, AFullDictionaryDropsNewIdsNotTheStream) {
+  ServerOptions options = TestOptions();
+  options.max_series_per_stream = 2;
+  TestServer t(options);
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  ASSERT_TRUE(client.Send(FirstBatch("n1", "a")).has_value());
+  v1::FrameBatch second = Batch(2);
+  *second.add_series() = Def(3, "gpu_temperature_celsius", {{"gpu", "0"}});
+  *second.add_frames() = Frame("llm", kT0 - 99, {3, 1}, {60, 251});
+  std::optional<v1::Ack> ack = client.Send(second);
+  ASSERT_TRUE(ack.has_value()) << client.Finish().error_message();
+  EXPECT_EQ(ack->refused_samples(), 1u);
+  EXPECT_EQ(SamplesOf(t.server.store(), "n1", "gpu_power_watts").size(), 2u);
+  EXPECT_EQ(t.server.metrics().series_refused[static_cast<size_t>(SeriesLimit::kStream)].load(), 1u);
+  // An id never defined at all is still a client error while the
+  // dictionary has room; here it is full, so it is dropped too.
+  v1::FrameBatch third = Batch(3);
+  *third.add_frames() = Frame("llm", kT0 - 98, {99, 1}, {1, 252});
+  ack = client.Send(third);
+  ASSERT_TRUE(ack.has_value());
+  EXPECT_EQ(SamplesOf(t.server.store(), "n1", "gpu_power_watts").size(), 3u);
+}
+
+TEST(IngestLimitsTest, TheStoresGlobalLimitKeepsKnownSeriesToo) {
+  ServerOptions options = TestOptions();
+  options.max_series = 2;
+  TestServer t(options);
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  ASSERT_TRUE(client.Send(FirstBatch("n1", "a")).has_value());
+  v1::FrameBatch second = Batch(2);
+  *second.add_series() = Def(3, "gpu_temperature_celsius", {{"gpu", "0"}});
+  *second.add_frames() = Frame("llm", kT0 - 99, {1, 3}, {251, 60});
+  std::optional<v1::Ack> ack = client.Send(second);
+  ASSERT_TRUE(ack.has_value()) << client.Finish().error_message();
+  EXPECT_EQ(ack->refused_samples(), 1u);
+  EXPECT_NE(ack->refused_reason().find("series limit 2 reached"), std::string::npos);
+  EXPECT_EQ(SamplesOf(t.server.store(), "n1", "gpu_power_watts").size(), 2u);
+}
+
+}  // namespace
+}  // namespace vigil::testing

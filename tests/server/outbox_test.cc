@@ -659,6 +659,9 @@ class RefusingStore : public SeriesStore {
   absl::StatusOr<SeriesId> Resolve(const SeriesKey& key) override {
     return base_->Resolve(key);
   }
+  absl::StatusOr<SeriesId> Find(const SeriesKey& key) const override {
+    return base_->Find(key);
+  }
   absl::StatusOr<SeriesKey> Key(SeriesId id) const override {
     return base_->Key(id);
   }

@@ -37,6 +37,20 @@ TEST_P(StoreSeriesTest, ResolveIsStableAndDense) {
   EXPECT_EQ(store_->Stats().series, 2u);
 }
 
+TEST_P(StoreSeriesTest, FindNeverCreates) {
+  EXPECT_EQ(store_->Find(Key("gpu_power_watts", "n1", "j1", "0")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Stats().series, 0u);
+  const SeriesId a = MustResolve(Key("gpu_power_watts", "n1", "j1", "0"));
+  SeriesKey unsorted{.metric = "gpu_power_watts",
+                     .labels = {{"node", "n1"}, {"job", "j1"}, {"gpu", "0"}}};
+  absl::StatusOr<SeriesId> found = store_->Find(unsorted);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, a);
+  EXPECT_EQ(store_->Find(SeriesKey{.metric = "9bad", .labels = {}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(StoreSeriesTest, MalformedKeysAreRejected) {
   EXPECT_EQ(store_->Resolve(SeriesKey{.metric = "9bad", .labels = {}}).status().code(),
             absl::StatusCode::kInvalidArgument);
