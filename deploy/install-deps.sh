@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libsimdjson-dev
   libcurl4-openssl-dev libssl-dev openssl munge slurmctld slurmd slurm-client systemd
   curl python3 python3-torch
+  clang libclang-rt-14-dev
 )
 case "${1:-}" in
   --browser) packages+=(chromium) ;;

@@ -4,6 +4,8 @@
 # hand-written memory-sensitive code (common, storage, detector, rules,
 # replay, escalation, notify, the agent's collectors and training endpoint)
 # again under ASan+UBSan.
+# Finally the libFuzzer targets are built (clang) and run briefly
+# (deploy/fuzz.sh 20: committed corpora, then 20 s per target).
 # Usage: deploy/test.sh [--no-sanitize | --full-sanitize]
 #   --full-sanitize  also builds the gRPC/HTTP server, agent and end-to-end
 #                    tests under ASan+UBSan (about twice the CI time)
@@ -18,10 +20,20 @@ case "${1:-}" in
 esac
 "$root/deploy/install-deps.sh" --browser
 start=$(date +%s)
+phase_start=$start
+# Prints how long the phase that just ended took.
+phase_done() {
+  local now
+  now=$(date +%s)
+  echo "== $1 took $((now - phase_start)) s"
+  phase_start=$now
+}
 echo "== build (RelWithDebInfo)"
 "$root/deploy/build.sh" "$root/build"
+phase_done build
 echo "== tests"
 ctest --test-dir "$root/build" --output-on-failure -j2 --timeout 600
+phase_done tests
 if [ $sanitize != none ]; then
   echo "== build (ASan+UBSan, $sanitize)"
   targets=()
@@ -33,10 +45,15 @@ if [ $sanitize != none ]; then
   cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DVIGIL_SANITIZE=ON -DVIGIL_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" >/dev/null
   CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1 ninja -C "$root/build-asan" -j"$(nproc)" "${targets[@]}"
+  phase_done "sanitizer build"
   echo "== tests under ASan+UBSan"
   # Tests of targets not built in this mode register as *_NOT_BUILT.
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j2 --timeout 900 \
-      -E "_NOT_BUILT$([ $sanitize = some ] && echo '|^e2e_|^actuator_slurm$|^agent_cli$')"
+      -E "_NOT_BUILT$([ $sanitize = some ] && echo '|^e2e_|^actuator_slurm$|^agent_cli$|^agent_slurm_job_identity$')"
+  phase_done "sanitizer tests"
 fi
+echo "== fuzzing (short form; deploy/fuzz.sh 1200 is the long run)"
+"$root/deploy/fuzz.sh" 20
+phase_done fuzzing
 echo "== all tests passed in $(( $(date +%s) - start )) s"
