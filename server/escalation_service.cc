@@ -5,6 +5,8 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -164,7 +166,8 @@ void EscalationService::Stop() {
 
 absl::Status EscalationService::LoadState() {
   absl::StatusOr<std::string> text = options_.store->GetState(kStateKey);
-  if (absl::IsNotFound(text.status())) return absl::OkStatus();
+  // Without a snapshot (a crash before the first) the actions still count.
+  if (absl::IsNotFound(text.status())) return LoadActions();
   VIGIL_RETURN_IF_ERROR(text.status());
   Json state = Json::parse(*text, nullptr, false);
   if (state.is_discarded() || !state.is_object())
@@ -191,6 +194,10 @@ absl::Status EscalationService::LoadState() {
     incident.summary = j.value("summary", "");
     incident.hint = j.value("hint", "");
   }
+  return LoadActions();
+}
+
+absl::Status EscalationService::LoadActions() {
   const double now = options_.clock->Now();
   for (const Event& e : options_.store->ListEvents(
            kActionsStream, now - kActionMemorySeconds, kInf, 1'000'000)) {
@@ -200,6 +207,12 @@ absl::Status EscalationService::LoadState() {
     // (The key first: json's operator= takes its argument by value, and the
     // right side of an assignment is evaluated first.)
     const std::string id = action["id"].get<std::string>();
+    // Actions are stored as they are decided, the counter only with the
+    // next snapshot: never hand out an id an action already has.
+    int64_t number = 0;
+    if (absl::StartsWith(id, "act-") &&
+        absl::SimpleAtoi(absl::string_view(id).substr(4), &number))
+      next_action_ = std::max(next_action_, number + 1);
     actions_[id] = std::move(action);
   }
   return absl::OkStatus();

@@ -172,6 +172,8 @@ class EscalationService : public IncidentListener {
   void OnDelivery(const DeliveryStatus& status);
   absl::Status SaveState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoadState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads back the recent actions (and moves next_action_ past their ids).
+  absl::Status LoadActions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenHaltIncidents();
   // The tick thread's loop; the first tick is due at `first_tick`.
   void TickLoop(double first_tick);

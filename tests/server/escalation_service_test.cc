@@ -407,6 +407,29 @@ TEST_F(EscalationServiceTest, AcknowledgementSurvivesARestart) {
   EXPECT_EQ(Calls(), calls);
 }
 
+// Actions are persisted as they are decided, the id counter only with the
+// next state snapshot: after a crash in between, a new action must not
+// reuse an id (the actuator would answer it with the old action's result).
+TEST_F(EscalationServiceTest, ActionIdsAreNotReusedAfterACrash) {
+  AddJobNodes("llm", 8);
+  const std::string first = Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
+                                 {Response::kCordonNode});
+  const std::string first_action =
+      service_->ListActions(first)["actions"][0]["id"].get<std::string>();
+  service_->Stop();
+  service_.reset();
+  // The crash: the last snapshot predates the action.
+  Json state = Json::parse(*store_->GetState("escalation"));
+  state["next_action"] = 1;
+  ASSERT_TRUE(store_->PutState("escalation", state.dump()).ok());
+  StartService();
+  const std::string second = Open(Severity::kP0, "ecc_double_bit", "llm", "n2",
+                                  {Response::kCordonNode});
+  const std::string second_action =
+      service_->ListActions(second)["actions"][0]["id"].get<std::string>();
+  EXPECT_NE(second_action, first_action);
+}
+
 TEST_F(EscalationServiceTest, SilencedIncidentsAreNotPaged) {
   absl::StatusOr<Json> silence = service_->AddSilence(
       Json{{"matchers", {{{"name", "node"}, {"value", "n9*"}}}},
