@@ -246,9 +246,14 @@ void HttpApi::InstallHandlers() {
                                           httplib::Response& res) {
     // httplib hands the handler a const view of its own, non-const request.
     RefuseBrotli(const_cast<httplib::Request&>(req));
-    if (options_.auth == nullptr || req.path.rfind("/api/", 0) != 0 ||
-        req.path == "/api/v1/session" ||
-        req.path == "/api/v1/callbacks/twilio/voice")
+    // Everything under /api/ but sign-in and Twilio's signed callback, and
+    // /metrics (it names jobs and nodes), needs a viewer unless anonymous
+    // reads are allowed. /healthz and the UI's static files do not.
+    const bool gated = (req.path.rfind("/api/", 0) == 0 &&
+                        req.path != "/api/v1/session" &&
+                        req.path != "/api/v1/callbacks/twilio/voice") ||
+                       req.path == "/metrics";
+    if (options_.auth == nullptr || !gated)
       return httplib::Server::HandlerResponse::Unhandled;
     absl::StatusOr<RequestIdentity> who =
         authorizer_.Authorize(CredentialsOf(req), Role::kViewer);

@@ -374,7 +374,7 @@ TEST(DetectionTest, ReadsNeedATokenWhenAnonymousReadIsOff) {
         "/api/v1/baseline?series=1", "/api/v1/jobs", "/api/v1/jobs/j",
         "/api/v1/nodes", "/api/v1/events", "/api/v1/silences",
         "/api/v1/deliveries", "/api/v1/actions", "/api/v1/remediation",
-        "/api/v1/audit", "/api/v1/oncall", "/api/v1/whoami"}) {
+        "/api/v1/audit", "/api/v1/oncall", "/api/v1/whoami", "/metrics"}) {
     for (const char* method : {"GET", "HEAD", "OPTIONS"}) {
       SCOPED_TRACE(absl::StrCat(method, " ", path));
       const HttpResult r = HttpCall(port, method, path, "", "");
@@ -382,6 +382,8 @@ TEST(DetectionTest, ReadsNeedATokenWhenAnonymousReadIsOff) {
     }
   }
   EXPECT_EQ(HttpCall(port, "HEAD", "/api/v1/incidents", "", "viewer-token").status, 200);
+  // /metrics names jobs and nodes: a scraper needs a viewer token too.
+  EXPECT_EQ(HttpCall(port, "GET", "/metrics", "", "viewer-token").status, 200);
 }
 
 // Every field of a request body is type-checked: a wrong type is a 400
