@@ -54,6 +54,7 @@ inline int HttpStatusOf(const absl::Status& status) {
     case absl::StatusCode::kNotFound: return 404;
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAlreadyExists: return 409;
+    case absl::StatusCode::kResourceExhausted: return 429;
     case absl::StatusCode::kUnavailable: return 503;
     default: return 500;
   }

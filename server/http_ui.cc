@@ -203,7 +203,7 @@ void HttpApi::InstallUiHandlers() {
         !body["token"].is_string())
       return ReplyError(res, 400, "body must be {\"token\": \"<API token>\"}");
     absl::StatusOr<NewSession> session =
-        authorizer->SignIn(body["token"].get<std::string>());
+        authorizer->SignIn(body["token"].get<std::string>(), req.remote_addr);
     if (!session.ok()) return ReplyStatus(res, session.status());
     res.set_header("Set-Cookie", SessionCookie(session->id, kCookieMaxAge));
     res.set_header("Cache-Control", "no-store");

@@ -52,14 +52,61 @@ RequestAuthorizer::RequestAuthorizer(const Authenticator* auth, Clock* clock,
                                      WebSessionOptions options)
     : auth_(auth), clock_(clock), options_(options) {}
 
-absl::StatusOr<NewSession> RequestAuthorizer::SignIn(std::string_view token) {
+void RequestAuthorizer::ForgetOldFailures(double now) {
+  const double since = now - options_.sign_in_window_seconds;
+  while (!all_failures_.empty() && all_failures_.front() <= since)
+    all_failures_.pop_front();
+  if (all_failures_.empty()) {
+    failures_.clear();
+    return;
+  }
+  for (auto it = failures_.begin(); it != failures_.end();) {
+    std::deque<double>& times = it->second;
+    while (!times.empty() && times.front() <= since) times.pop_front();
+    if (times.empty()) {
+      failures_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::StatusOr<NewSession> RequestAuthorizer::SignIn(std::string_view token,
+                                                     std::string_view client) {
   if (auth_ == nullptr)
     return absl::FailedPreconditionError(
         "this server checks no tokens, so there is nothing to sign in to");
-  if (token.empty()) return absl::UnauthenticatedError("token is empty");
+  {
+    const double now = clock_->Now();
+    std::lock_guard<std::mutex> l(mu_);
+    ForgetOldFailures(now);
+    auto it = failures_.find(std::string(client));
+    const bool client_over =
+        it != failures_.end() &&
+        static_cast<int>(it->second.size()) >= options_.max_failed_sign_ins_per_client;
+    const bool all_over =
+        static_cast<int>(all_failures_.size()) >= options_.max_failed_sign_ins;
+    if (client_over || all_over) {
+      const double oldest =
+          client_over ? it->second.front() : all_failures_.front();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "too many failed sign-ins", client_over ? " from this address" : "",
+          "; try again in ",
+          static_cast<int>(oldest + options_.sign_in_window_seconds - now) + 1,
+          " s"));
+    }
+  }
   absl::StatusOr<Identity> who =
-      auth_->Authorize(absl::StrCat("Bearer ", std::string(token)), Role::kViewer);
-  if (!who.ok()) return who.status();
+      token.empty() ? absl::UnauthenticatedError("token is empty")
+                    : auth_->Authorize(absl::StrCat("Bearer ", std::string(token)),
+                                       Role::kViewer);
+  if (!who.ok()) {
+    const double now = clock_->Now();
+    std::lock_guard<std::mutex> l(mu_);
+    all_failures_.push_back(now);
+    failures_[std::string(client)].push_back(now);
+    return who.status();
+  }
   absl::StatusOr<std::string> id = RandomHex();
   if (!id.ok()) return id.status();
   absl::StatusOr<std::string> csrf = RandomHex();

@@ -11,6 +11,7 @@
 #define VIGIL_SERVER_WEB_SESSIONS_H_
 
 #include <cstddef>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -35,6 +36,12 @@ struct WebSessionOptions {
   double max_seconds = 7 * 86400.0;
   // Most live sessions; signing in beyond it ends the least recently used.
   size_t max_sessions = 10'000;
+  // Failed sign-ins allowed per client address, and from all clients
+  // together, per sign_in_window_seconds; more are refused before the token
+  // is even checked, so tokens cannot be guessed at speed.
+  int max_failed_sign_ins_per_client = 10;
+  int max_failed_sign_ins = 1000;
+  double sign_in_window_seconds = 60;
 };
 
 // What a request presents, as raw header values ("" when absent).
@@ -68,10 +75,13 @@ class RequestAuthorizer {
   RequestAuthorizer(const Authenticator* auth, Clock* clock,
                     WebSessionOptions options = WebSessionOptions());
 
-  // Checks API token `token` and opens a session for its holder.
-  // kUnauthenticated for an empty or unknown token; kUnavailable if no
-  // random bytes could be drawn.
-  absl::StatusOr<NewSession> SignIn(std::string_view token);
+  // Checks API token `token`, presented by `client` (its address), and
+  // opens a session for its holder. kUnauthenticated for an empty or
+  // unknown token; kResourceExhausted when `client`, or everyone together,
+  // failed too often within the window (see WebSessionOptions);
+  // kUnavailable if no random bytes could be drawn.
+  absl::StatusOr<NewSession> SignIn(std::string_view token,
+                                    std::string_view client = "");
 
   // Ends the session whose cookie `cookie_header` carries. No-op when none.
   void SignOut(std::string_view cookie_header);
@@ -99,6 +109,8 @@ class RequestAuthorizer {
   // Drops expired sessions (mu_ held).
   void PurgeExpired(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Expired(const Session& session, double now) const;
+  // Drops failures older than the window (mu_ held).
+  void ForgetOldFailures(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Authenticator* const auth_;
   Clock* const clock_;
@@ -107,6 +119,11 @@ class RequestAuthorizer {
   // SHA-256 hex of the session id -> session: a dump of memory does not
   // hand out live cookies.
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  // Times of failed sign-ins within the window, oldest first: per client,
+  // and of everyone.
+  absl::flat_hash_map<std::string, std::deque<double>> failures_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<double> all_failures_ ABSL_GUARDED_BY(mu_);
 };
 
 // The value of cookie `name` in Cookie header `header`, or "" when absent.

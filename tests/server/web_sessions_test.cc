@@ -282,3 +282,31 @@ TEST(CookieValueTest, FindsTheNamedCookie) {
 
 }  // namespace
 }  // namespace vigil
+
+namespace vigil {
+namespace {
+
+// Tokens cannot be guessed at speed: after 10 failures in a minute an
+// address is refused (429) before its token is checked, even a right one;
+// other addresses still sign in, until everyone together failed 1,000 times.
+TEST_F(WebSessionsTest, FailedSignInsAreRateLimited) {
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(absl::IsUnauthenticated(
+        authorizer_.SignIn("guess-" + std::to_string(i), "10.0.0.9").status()));
+  }
+  absl::StatusOr<NewSession> refused = authorizer_.SignIn(kOperatorToken, "10.0.0.9");
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("from this address"), std::string::npos);
+  EXPECT_TRUE(authorizer_.SignIn(kOperatorToken, "10.0.0.10").ok());
+  clock_.Advance(61);
+  EXPECT_TRUE(authorizer_.SignIn(kOperatorToken, "10.0.0.9").ok());
+  // Many addresses together.
+  for (int i = 0; i < 1000; ++i)
+    (void)authorizer_.SignIn("guess", "10.1." + std::to_string(i / 8) + "." +
+                                          std::to_string(i % 8));
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      authorizer_.SignIn(kOperatorToken, "10.2.0.1").status()));
+}
+
+}  // namespace
+}  // namespace vigil
