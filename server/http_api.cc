@@ -52,16 +52,23 @@ Json SeriesJson(SeriesId id, const SeriesKey& key) {
   return Json{{"id", id}, {"metric", key.metric}, {"labels", labels}};
 }
 
-// Reads optional parameter `name` as a finite number into `*out`. Returns
-// an error message naming the parameter, or "" on success.
+// Query times are Unix seconds up to the year 3000.
+constexpr double kLatestTime = 32503680000.0;
+
+// Reads optional parameter `name` as a finite number in [min, max] into
+// `*out`. Returns an error message naming the parameter, or "" on success.
 std::string ParseNumber(const httplib::Request& req, const char* name,
-                        double* out) {
+                        double min, double max, double* out) {
   if (!req.has_param(name)) return "";
   std::string text = req.get_param_value(name);
   double v;
   if (!absl::SimpleAtod(text, &v) || !std::isfinite(v))
     return absl::StrCat("parameter '", name, "': '", text,
                         "' is not a finite number");
+  // Far-off times would overflow the store's millisecond clock.
+  if (v < min || v > max)
+    return absl::StrCat("parameter '", name, "': ", text, " is outside [",
+                        min, ", ", max, "]");
   *out = v;
   return "";
 }
@@ -473,8 +480,9 @@ void HttpApi::InstallHandlers() {
     double from = NAN;
     double step = 0;
     for (std::string error :
-         {ParseNumber(req, "to", &to), ParseNumber(req, "from", &from),
-          ParseNumber(req, "step", &step)}) {
+         {ParseNumber(req, "to", 0, kLatestTime, &to),
+          ParseNumber(req, "from", 0, kLatestTime, &from),
+          ParseNumber(req, "step", 0, kLatestTime, &step)}) {
       if (!error.empty()) return ReplyError(res, 400, error);
     }
     if (std::isnan(from)) from = to - kDefaultRangeSeconds;

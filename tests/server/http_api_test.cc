@@ -183,6 +183,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadParamCase{"series=1&step=0", "parameter 'step': must be > 0"},
         BadParamCase{"series=1&step=-60", "parameter 'step'"},
         BadParamCase{"series=1&step=x", "parameter 'step'"},
+        // Far-off times would overflow the store's millisecond clock.
+        BadParamCase{"series=1&to=1e300", "parameter 'to': 1e300 is outside"},
+        BadParamCase{"series=1&from=-1e300&to=5", "parameter 'from': -1e300 is outside"},
+        BadParamCase{"series=1&from=0&to=1e19", "parameter 'to'"},
+        BadParamCase{"series=1&step=1e300", "parameter 'step'"},
         BadParamCase{"series=1&from=0&to=1764000000&step=1",
                      "parameter 'step': 1 gives more than 1000000 buckets"}));
 
