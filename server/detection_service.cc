@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/catch_all.h"
 #include "rules/incident_json.h"
 
 namespace vigil {
@@ -239,7 +240,9 @@ void DetectionService::SchedulerLoop() {
     ask_now_ = false;
     next = clock.Now() + options_.scheduler_poll_seconds;
     lock.unlock();
-    AskScheduler();
+    if (std::string error = CatchAll([&] { AskScheduler(); }); !error.empty())
+      std::fprintf(stderr, "vigil-server: scheduler query threw %s\n",
+                   error.c_str());
     lock.lock();
   }
 }
@@ -350,11 +353,17 @@ void DetectionService::TickLoop(double first_tick) {
     if (now < next) continue;
     next = now + options_.tick_seconds;
     lock.unlock();
-    AdvanceTime(now);
-    if (options_.snapshot_seconds > 0 && now >= next_snapshot) {
-      next_snapshot = now + options_.snapshot_seconds;
-      (void)Snapshot();
-    }
+    // A bug in one tick must not end the thread that finds silent nodes.
+    if (std::string error = CatchAll([&] {
+          AdvanceTime(now);
+          if (options_.snapshot_seconds > 0 && now >= next_snapshot) {
+            next_snapshot = now + options_.snapshot_seconds;
+            (void)Snapshot();
+          }
+        });
+        !error.empty())
+      std::fprintf(stderr, "vigil-server: detection tick threw %s\n",
+                   error.c_str());
     lock.lock();
   }
 }

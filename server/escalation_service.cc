@@ -1,6 +1,7 @@
 #include "server/escalation_service.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/catch_all.h"
 #include "common/status_macros.h"
 #include "notify/signing.h"
 #include "server/detection_service.h"
@@ -956,13 +958,21 @@ void EscalationService::TickLoop(double first_tick) {
     if (stopping_) break;
     const double now = clock.Now();
     lock.unlock();
-    if (now >= next) {
+    // A bug in one tick must not end the thread that re-pages everyone.
+    if (std::string error = CatchAll([&] {
+          if (now >= next) {
+            next = now + options_.tick_seconds;
+            std::lock_guard<std::mutex> l(mu_);
+            Handle(escalator_.Tick(now));
+            if (dirty_) (void)SaveState();
+          }
+          OpenHaltIncidents();
+        });
+        !error.empty()) {
       next = now + options_.tick_seconds;
-      std::lock_guard<std::mutex> l(mu_);
-      Handle(escalator_.Tick(now));
-      if (dirty_) (void)SaveState();
+      std::fprintf(stderr, "vigil-server: escalation tick threw %s\n",
+                   error.c_str());
     }
-    OpenHaltIncidents();
     lock.lock();
   }
 }

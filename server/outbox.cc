@@ -4,6 +4,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/catch_all.h"
 #include "common/status_macros.h"
 #include "notify/signing.h"
 
@@ -586,14 +588,28 @@ Outbox::Impl::Outcome Outbox::Impl::SendNext(const Entry& entry) {
   const OutboxRoute& route = entry.item.routes[entry.cursor.route];
   const OutboundRequest& request = route.requests[entry.cursor.request];
   auto secret = options.signing_secrets.find(route.receiver);
-  const TransportResult result =
-      secret == options.signing_secrets.end()
-          ? options.transport->Send(request, options.request_timeout_seconds)
-          : options.transport->Send(
-                Signed(request, secret->second, options.clock->Now()),
-                options.request_timeout_seconds);
-  const DeliveryJudgement judgement =
-      JudgeResponse(route.receiver_type, result);
+  TransportResult result;
+  DeliveryJudgement judgement;
+  if (std::string error = CatchAll([&] {
+        result =
+            secret == options.signing_secrets.end()
+                ? options.transport->Send(request,
+                                          options.request_timeout_seconds)
+                : options.transport->Send(
+                      Signed(request, secret->second, options.clock->Now()),
+                      options.request_timeout_seconds);
+        judgement = JudgeResponse(route.receiver_type, result);
+      });
+      !error.empty()) {
+    // A bug here or in a transport, not the receiver's answer: retried like
+    // an unreachable receiver instead of ending the dispatcher thread.
+    std::fprintf(stderr, "vigil-server: outbox: sending %s threw %s\n",
+                 entry.item.key.c_str(), error.c_str());
+    result = TransportResult{};
+    judgement.verdict = DeliveryVerdict::kRetry;
+    judgement.retry_after_seconds.reset();
+    judgement.detail = "internal error: " + error;
+  }
   const double now = options.clock->Now();
 
   Outcome out{.cursor = entry.cursor, .status = entry.status, .sent = true};
@@ -698,7 +714,12 @@ void Outbox::Impl::Run() {
     Apply(entry, outcome);
     const DeliveryStatus status = entry->status;
     lock.unlock();
-    if (listener) listener(status);
+    if (listener) {
+      if (std::string error = CatchAll([&] { listener(status); });
+          !error.empty())
+        std::fprintf(stderr, "vigil-server: outbox: the listener of %s threw %s\n",
+                     status.key.c_str(), error.c_str());
+    }
     lock.lock();
   }
 }

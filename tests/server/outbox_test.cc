@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,6 +76,10 @@ class FakeReceiver : public Transport {
     std::lock_guard<std::mutex> lock(mu_);
     timeouts_.push_back(timeout_seconds);
     sent_[request.url].push_back(request);
+    if (throws_ > 0) {
+      --throws_;
+      throw std::runtime_error("transport bug");
+    }
     TransportResult result = Ok();
     if (down_ || accept_left_ == 0) {
       result = Refused();
@@ -92,6 +97,11 @@ class FakeReceiver : public Transport {
   void Script(const std::string& url, std::vector<TransportResult> results) {
     std::lock_guard<std::mutex> lock(mu_);
     scripts_[url].insert(scripts_[url].end(), results.begin(), results.end());
+  }
+  // The next `n` sends throw, as a buggy transport would.
+  void Throw(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    throws_ = n;
   }
   void SetDown(bool down) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -128,6 +138,7 @@ class FakeReceiver : public Transport {
  private:
   mutable std::mutex mu_;
   bool down_ = false;
+  int throws_ = 0;
   int accept_left_ = -1;  // -1: no limit
   std::map<std::string, std::deque<TransportResult>> scripts_;
   std::map<std::string, std::vector<OutboundRequest>> sent_;
@@ -275,6 +286,36 @@ TEST_F(OutboxTest, DeliversFirstTime) {
   EXPECT_EQ(events[1]["receiver"], "slack");
   EXPECT_EQ(events[2]["op"], "done");
   EXPECT_EQ(events[2]["state"], "delivered");
+}
+
+// An exception from a transport or a listener is a bug, but it must not end
+// the dispatcher thread (which would end the server): the page is retried
+// and later pages still go out.
+TEST_F(OutboxTest, ExceptionsDoNotStopDelivery) {
+  receiver_.Throw(1);
+  bool throw_in_listener = true;
+  std::mutex listener_mu;
+  auto outbox = std::make_unique<Outbox>(
+      Options(), [&](const DeliveryStatus& status) {
+        {
+          std::lock_guard<std::mutex> lock(listener_mu);
+          if (throw_in_listener) {
+            throw_in_listener = false;
+            throw std::logic_error("listener bug");
+          }
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        reported_.push_back(status);
+      });
+  ASSERT_TRUE(outbox->Start().ok());
+  ASSERT_TRUE(outbox->Enqueue(Item("k1", {"slack"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return StatusOf(*outbox, "k1").attempts == 1; }));
+  EXPECT_NE(StatusOf(*outbox, "k1").last_detail.find("transport bug"),
+            std::string::npos);
+  clock_.Advance(400);
+  ASSERT_TRUE(WaitFor([&] { return outbox->counters().delivered == 1; }));
+  ASSERT_TRUE(outbox->Enqueue(Item("k2", {"slack"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return outbox->counters().delivered == 2; }));
 }
 
 TEST_F(OutboxTest, RetriesAfter503WithBoundedBackoff) {
