@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,10 @@ namespace {
 
 using Json = nlohmann::json;
 
+// Items kept in memory only, at most, while the store refuses them.
+constexpr size_t kMaxUnstoredItems = 10'000;
+// How often storing them is retried.
+constexpr double kStoreRetrySeconds = 1;
 constexpr char kIdempotencyHeader[] = "Idempotency-Key";
 constexpr char kTimestampHeader[] = "X-Vigil-Timestamp";
 constexpr char kSignatureHeader[] = "X-Vigil-Signature";
@@ -333,6 +338,11 @@ struct Outbox::Impl {
     uint64_t order = 0;
     Cursor cursor;
     DeliveryStatus status;
+    // The item's enqueue record while the store refuses it (the item is
+    // sent all the same); empty once stored. Until then its attempt and
+    // done records are not stored either, so a replay never sees them
+    // before the item.
+    std::string unstored;
   };
 
   // The result of one dispatcher step, applied to its entry under the lock.
@@ -377,6 +387,11 @@ struct Outbox::Impl {
   Outcome SendNext(const Entry& entry);
   // Fails the entry for having been pending too long, and persists that.
   Outcome GiveUp(const Entry& entry, double now);
+  // Tries again to store the oldest unstored enqueue record (then the
+  // item's end, if it has ended). Called by the dispatcher with `lock` held;
+  // releases it meanwhile.
+  void StoreUnstored(std::unique_lock<std::mutex>& lock, double now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Apply(Entry* entry, const Outcome& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status Persist(const Json& payload, double ts);
@@ -398,6 +413,10 @@ struct Outbox::Impl {
       ABSL_GUARDED_BY(mu);
   std::map<uint64_t, Entry*> pending ABSL_GUARDED_BY(mu);
   std::map<std::string, TokenBucket> buckets ABSL_GUARDED_BY(mu);
+  // Entries whose enqueue record is not stored yet, oldest first, and when
+  // storing the first is tried next.
+  std::deque<Entry*> unstored ABSL_GUARDED_BY(mu);
+  double next_store_retry ABSL_GUARDED_BY(mu) = 0;
   Counters totals ABSL_GUARDED_BY(mu);  // all but `pending`
   std::thread dispatcher;
 };
@@ -656,6 +675,7 @@ Outbox::Impl::Outcome Outbox::Impl::SendNext(const Entry& entry) {
                         {"detail", judgement.detail},
                         {"response", out.status.last_response},
                         {"next_attempt_ts", next_attempt_ts}};
+  if (!entry.unstored.empty()) return out;  // StoreUnstored records the end
   if (!Persist(attempt, now).ok()) ++out.persist_errors;
   if (out.status.state != "pending") {
     const Json done = {{"op", "done"},
@@ -678,6 +698,7 @@ Outbox::Impl::Outcome Outbox::Impl::GiveUp(const Entry& entry, double now) {
           : absl::StrCat(out.status.last_detail, "; ", reason);
   out.status.state = "failed";
   out.status.updated_ts = now;
+  if (!entry.unstored.empty()) return out;  // StoreUnstored records the end
   const Json done = {{"op", "done"},
                      {"key", entry.item.key},
                      {"state", "failed"},
@@ -697,11 +718,44 @@ void Outbox::Impl::Apply(Entry* entry, const Outcome& outcome) {
   totals.persist_errors += outcome.persist_errors;
 }
 
+void Outbox::Impl::StoreUnstored(std::unique_lock<std::mutex>& lock,
+                                 double now) {
+  Entry* entry = unstored.front();
+  const std::string payload = entry->unstored;
+  const double created = entry->item.created_ts;
+  lock.unlock();
+  const bool stored = Persist(Json::parse(payload), created).ok();
+  lock.lock();
+  if (!stored) {
+    next_store_retry = now + kStoreRetrySeconds;
+    return;
+  }
+  entry->unstored.clear();
+  unstored.pop_front();
+  if (entry->status.state == "pending") return;
+  const Json done = {{"op", "done"},
+                     {"key", entry->item.key},
+                     {"state", entry->status.state},
+                     {"receiver", entry->status.receiver},
+                     {"detail", entry->status.last_detail}};
+  lock.unlock();
+  const bool ended = Persist(done, now).ok();
+  lock.lock();
+  if (!ended) ++totals.persist_errors;
+}
+
 void Outbox::Impl::Run() {
   std::unique_lock<std::mutex> lock(mu);
   while (!stopping) {
     const double now = options.clock->Now();
     double wake = now + kMaxIdleSeconds;
+    if (!unstored.empty()) {
+      if (now >= next_store_retry) {
+        StoreUnstored(lock, now);
+        continue;
+      }
+      wake = std::min(wake, next_store_retry);
+    }
     bool give_up = false;
     Entry* entry = PickLocked(now, &wake, &give_up);
     if (entry == nullptr) {
@@ -769,14 +823,34 @@ absl::Status Outbox::Enqueue(OutboxItem item) {
   if (!payload)
     return absl::InvalidArgumentError(absl::StrCat(
         "outbox item ", item.key, ": text is not valid UTF-8"));
-  VIGIL_RETURN_IF_ERROR(
+  absl::Status stored =
       impl_->options.store
           ->AppendEvent(Event{impl_->options.stream, item.created_ts, 0,
-                              std::move(*payload)})
-          .status());
+                              *payload})
+          .status();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!stored.ok()) {
+      // A page that cannot be stored is still sent; storing it is retried.
+      if (impl_->unstored.size() >= kMaxUnstoredItems)
+        return absl::Status(
+            stored.code(),
+            absl::StrCat("outbox item ", item.key, ": cannot store it (",
+                         stored.message(), ") and ", kMaxUnstoredItems,
+                         " items already wait to be stored"));
+      std::fprintf(stderr,
+                   "vigil-server: outbox: cannot store %s (%s); sending it "
+                   "anyway and retrying the store\n",
+                   item.key.c_str(), std::string(stored.message()).c_str());
+      ++impl_->totals.unstored_enqueues;
+    }
+    const std::string key = item.key;
     impl_->Insert(std::move(item));
+    if (!stored.ok()) {
+      Impl::Entry& entry = impl_->entries[key];
+      entry.unstored = std::move(*payload);
+      impl_->unstored.push_back(&entry);
+    }
   }
   impl_->cv.notify_all();
   return absl::OkStatus();
@@ -802,6 +876,7 @@ Outbox::Counters Outbox::counters() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Counters counters = impl_->totals;
   counters.pending = impl_->pending.size();
+  counters.unstored = impl_->unstored.size();
   return counters;
 }
 

@@ -13,7 +13,9 @@
 // receivers that honour Idempotency-Key. A send's result is persisted
 // after the send, so if the process dies between a successful send and
 // that write, the request is sent again after the restart (same key).
-// Requests whose delivery was persisted are never sent again.
+// Requests whose delivery was persisted are never sent again. An item the
+// store refuses is sent anyway and stored once the store accepts again; a
+// crash before that loses it (it was never acknowledged as stored).
 //
 // Ordering: one dispatcher thread sends one request at a time. Among the
 // items that are due it picks the oldest enqueued first, so each receiver
@@ -157,8 +159,10 @@ class Outbox {
   // enqueued before (nothing changes); kInvalidArgument for an empty key,
   // no route, a route without receiver or requests, or text that is not
   // valid UTF-8; kFailedPrecondition before Start() (the stored keys are
-  // not known yet); the store's error if it cannot be persisted (then
-  // nothing is queued). A request without an Idempotency-Key header gets
+  // not known yet). When the store refuses the item it is queued and sent
+  // all the same, and storing it is retried every second (its attempts
+  // are stored after it); the store's error is returned only when 10,000
+  // such items already wait (then nothing is queued). A request without an Idempotency-Key header gets
   // one: the item key, suffixed "/<index>" on routes of several requests.
   // After Stop() items are still persisted; the next Outbox sends them.
   absl::Status Enqueue(OutboxItem item);
@@ -174,6 +178,10 @@ class Outbox {
     uint64_t persist_errors = 0;
     // Stored events Start() skipped as malformed or out of place.
     uint64_t unreadable_events = 0;
+    // Items the store refused at Enqueue: sent anyway, stored later.
+    uint64_t unstored_enqueues = 0;
+    // Of those, how many still wait to be stored.
+    uint64_t unstored = 0;
   };
   Counters counters() const;
 
