@@ -11,6 +11,7 @@
 
 namespace vigil {
 
+using detector_internal::ClampTo;
 using detector_internal::GpuState;
 using detector_internal::JobState;
 using detector_internal::kInf;
@@ -430,7 +431,7 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
     s.cur = x;
   }
   if (s.traits.metric == Metric::kTrainPhase && std::isfinite(x)) {
-    n.phase = static_cast<int>(x);
+    n.phase = ClampTo<int>(x);
   } else if (s.traits.metric == Metric::kTrainDataloaderWait &&
              std::isfinite(x)) {
     // Weighted by the time it covers: a frame's value is the wait of the
@@ -775,7 +776,7 @@ void Detector::Impl::Xid(SeriesState& s, uint32_t dense) {
   }
   GpuState& g = gpus[s.gpu];
   const int code =
-      std::isfinite(g.xid_last) ? static_cast<int>(g.xid_last) : -1;
+      std::isfinite(g.xid_last) ? ClampTo<int>(g.xid_last) : -1;
   auto emit = [&](XidCondition& c, bool cleared) {
     Anomaly& a = Emit(AnomalyKind::kXid, cleared, s.node, s.gpu, dense,
                       c.count);
@@ -784,10 +785,10 @@ void Detector::Impl::Xid(SeriesState& s, uint32_t dense) {
     a.score = span > 0 ? c.count / span : c.count;
     a.detail = c.code >= 0 ? absl::StrCat("xid ", c.code) : "xid";
     if (c.count > 1) {
-      absl::StrAppend(&a.detail, ", ", static_cast<int64_t>(c.count),
+      absl::StrAppend(&a.detail, ", ", ClampTo<int64_t>(c.count),
                       " events");
       if (span > 0) {
-        absl::StrAppend(&a.detail, " in ", static_cast<int64_t>(span),
+        absl::StrAppend(&a.detail, " in ", ClampTo<int64_t>(span),
                         " s");
       }
     }

@@ -9,6 +9,7 @@
 
 namespace vigil {
 
+using detector_internal::ClampTo;
 using detector_internal::GpuState;
 using detector_internal::JobState;
 using detector_internal::kHistory;
@@ -56,8 +57,8 @@ void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
     }
     if (g.seen_frame != n.frames) continue;
     if (std::isfinite(g.throttle)) {
-      const uint32_t bits =
-          static_cast<uint32_t>(g.throttle) & opt.peer.throttle_mask;
+      const uint64_t bits =
+          ClampTo<uint64_t>(g.throttle) & opt.peer.throttle_mask;
       const Sustain::Edge e = g.throttle_sustain.Observe(
           bits != 0 && !n.rewarm, bits == 0, opt.peer.throttle_sustain);
       if (e != Sustain::Edge::kNone) {
@@ -67,7 +68,7 @@ void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
         a.metric = "gpu_throttle_reasons";
         a.score = bits;
         a.detail = absl::StrCat("throttle reasons 0x",
-                                absl::Hex(static_cast<uint32_t>(g.throttle)));
+                                absl::Hex(ClampTo<uint64_t>(g.throttle)));
       }
     }
     CheckOom(g, gi);
@@ -258,11 +259,11 @@ void Detector::Impl::CheckPeers(GpuState& g, JobState& j, uint32_t gi,
       a.metric = "gpu_power_watts";
       a.baseline_mean = j.med_power;
       a.score = below;
-      a.detail = absl::StrCat(static_cast<int64_t>(below),
+      a.detail = absl::StrCat(ClampTo<int64_t>(below),
                               " W below the median of ", j.n_power, " GPUs");
       if (g.power_peer.normal_samples >= kNormalMin) {
         absl::StrAppend(&a.detail, ", usually ",
-                        static_cast<int64_t>(g.power_peer.normal), " W");
+                        ClampTo<int64_t>(g.power_peer.normal), " W");
       }
     }
   }
@@ -281,7 +282,7 @@ void Detector::Impl::CheckPeers(GpuState& g, JobState& j, uint32_t gi,
       a.score = -judged;
       if (std::isfinite(g.throttle)) {
         a.detail = absl::StrCat("throttle reasons 0x",
-                                absl::Hex(static_cast<uint32_t>(g.throttle)));
+                                absl::Hex(ClampTo<uint64_t>(g.throttle)));
       }
     }
   }
@@ -353,8 +354,8 @@ void Detector::Impl::CheckOom(GpuState& g, uint32_t gi) {
   a.baseline_mean = to.oom_fraction;
   a.score = seconds;
   a.detail = absl::StrCat(
-      "growth ", static_cast<int64_t>(slope * 60 / (1 << 20)), " MiB/min, ",
-      static_cast<int64_t>(frac * 1000) / 10.0, " % used");
+      "growth ", ClampTo<int64_t>(slope * 60 / (1 << 20)), " MiB/min, ",
+      ClampTo<int64_t>(frac * 1000) / 10.0, " % used");
 }
 
 void Detector::Impl::CheckFragmentation(GpuState& g, uint32_t gi) {

@@ -21,6 +21,19 @@
 namespace vigil {
 namespace detector_internal {
 
+// `v` as integer type T, clamped to T's range (NaN gives 0). Readings come
+// from agents, and casting a double outside the target's range is
+// undefined behaviour.
+template <typename T>
+T ClampTo(double v) {
+  if (!(v == v)) return 0;
+  if (v <= static_cast<double>(std::numeric_limits<T>::min()))
+    return std::numeric_limits<T>::min();
+  if (v >= static_cast<double>(std::numeric_limits<T>::max()))
+    return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
 inline constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 inline constexpr int64_t kNoStep = std::numeric_limits<int64_t>::min();
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();

@@ -11,6 +11,7 @@
 
 namespace vigil {
 
+using detector_internal::ClampTo;
 using detector_internal::GpuState;
 using detector_internal::JobState;
 using detector_internal::kNaN;
@@ -178,7 +179,7 @@ void Detector::Impl::ScanJob(uint32_t jj, double now) {
         hi_step == kNoStep ||
         hi_step - lo_step <=
             lc.end_step_tolerance +
-                static_cast<int64_t>(std::ceil(lc.group_wait_intervals *
+                ClampTo<int64_t>(std::ceil(lc.group_wait_intervals *
                                                steps_per_interval));
     if (together) {
       if (j.scheduler == SchedulerView::kRunning &&
@@ -199,7 +200,7 @@ void Detector::Impl::ScanJob(uint32_t jj, double now) {
           a.score = a.value;
           a.detail = absl::StrCat(
               "the scheduler runs it, but none of its ", quiet.size(),
-              " nodes has reported for ", static_cast<int64_t>(now - stop_ts),
+              " nodes has reported for ", ClampTo<int64_t>(now - stop_ts),
               " s");
         }
         return;
@@ -241,7 +242,7 @@ void Detector::Impl::ScanJob(uint32_t jj, double now) {
   }
   a.baseline_mean = interval;
   a.score = longest / interval;
-  a.detail = absl::StrCat("no frame for ", static_cast<int64_t>(longest),
+  a.detail = absl::StrCat("no frame for ", ClampTo<int64_t>(longest),
                           " s (interval ", interval, " s)");
 }
 
@@ -303,14 +304,14 @@ void Detector::Impl::ScanHang(JobState& j, double now) {
   a.baseline_mean = timeout;
   a.score = stalled;
   a.detail =
-      absl::StrCat("step stalled ", static_cast<int64_t>(stalled), " s");
+      absl::StrCat("step stalled ", ClampTo<int64_t>(stalled), " s");
   if (n_power > 0) {
     absl::StrAppend(&a.detail, ", mean GPU power ",
-                    static_cast<int64_t>(power / n_power), " W");
+                    ClampTo<int64_t>(power / n_power), " W");
   }
   if (n_nvlink > 0) {
     absl::StrAppend(&a.detail, ", mean NVLink tx ",
-                    static_cast<int64_t>(nvlink / n_nvlink / 1e6), " MB/s");
+                    ClampTo<int64_t>(nvlink / n_nvlink / 1e6), " MB/s");
   }
 }
 
