@@ -18,6 +18,9 @@ TEST(AgentConfigTest, DefaultsAreSafe) {
               c.cpu.enabled && c.training.enabled);
   EXPECT_EQ(c.nvml.library, "libnvidia-ml.so.1");
   EXPECT_EQ(c.training.socket, "/run/vigil/train.sock");
+  // Rank job claims are checked with the scheduler unless turned off.
+  EXPECT_EQ(c.training.verify_jobs, "scheduler");
+  EXPECT_FALSE(c.training.refuse_unverified);
 }
 
 TEST(AgentConfigTest, ParsesEveryKey) {
@@ -38,7 +41,8 @@ TEST(AgentConfigTest, ParsesEveryKey) {
       "infiniband": {"enabled": false},
       "disk": {"devices": ["nvme0n1", "nvme1n1"]},
       "cpu": {"enabled": false},
-      "training": {"socket": "/run/vigil/t.sock", "stale_seconds": 120}
+      "training": {"socket": "/run/vigil/t.sock", "stale_seconds": 120,
+                   "verify_jobs": "off", "refuse_unverified": true}
     }})",
                                     &c);
   ASSERT_TRUE(s.ok()) << s;
@@ -56,6 +60,8 @@ TEST(AgentConfigTest, ParsesEveryKey) {
   EXPECT_EQ(c.disk.devices.size(), 2u);
   EXPECT_FALSE(c.cpu.enabled);
   EXPECT_DOUBLE_EQ(c.training.stale_seconds, 120);
+  EXPECT_EQ(c.training.verify_jobs, "off");
+  EXPECT_TRUE(c.training.refuse_unverified);
   EXPECT_TRUE(ValidateAgentConfig(c).ok());
 }
 
@@ -66,7 +72,8 @@ TEST(AgentConfigTest, ReportsEveryProblemAndChangesNothing) {
     "server": 7070, "spool_max_mb": 0, "colectors": {},
     "transport": {"insecure": "yes"},
     "collectors": {"nvml": {"libary": "x"}, "gpu": {},
-                   "disk": {"devices": "sda"}}})",
+                   "disk": {"devices": "sda"},
+                   "training": {"verify_jobs": "trust"}}})",
                                     &c);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -75,7 +82,8 @@ TEST(AgentConfigTest, ReportsEveryProblemAndChangesNothing) {
        {"server: must be a string", "spool_max_mb: must be an integer",
         "colectors: unknown key", "transport.insecure: must be true or false",
         "collectors.nvml.libary: unknown key", "collectors.gpu: unknown key",
-        "collectors.disk.devices: must be an array of strings"}) {
+        "collectors.disk.devices: must be an array of strings",
+        "collectors.training.verify_jobs: must be \"scheduler\" or \"off\""}) {
     EXPECT_NE(m.find(want), std::string::npos) << want << " in\n" << m;
   }
   EXPECT_EQ(c.server, "keep:1");
