@@ -700,6 +700,19 @@ Json EscalationService::ListDeliveries(std::string_view incident_id,
   return {{"deliveries", std::move(list)}};
 }
 
+Json EscalationService::WithoutRawAnswers(Json listing) {
+  for (const char* list : {"deliveries", "actions"}) {
+    auto it = listing.find(list);
+    if (it == listing.end() || !it->is_array()) continue;
+    for (Json& entry : *it) {
+      if (!entry.is_object()) continue;
+      entry.erase("last_response");
+      entry.erase("result");
+    }
+  }
+  return listing;
+}
+
 Json EscalationService::ListActions(std::string_view incident_id) const {
   std::lock_guard<std::mutex> l(mu_);
   Json list = Json::array();

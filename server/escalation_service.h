@@ -117,6 +117,10 @@ class EscalationService : public IncidentListener {
 
   // {"actions": [...]} of `incident_id` (all when empty), newest first.
   nlohmann::json ListActions(std::string_view incident_id) const;
+  // `listing` (of ListDeliveries or ListActions) without the receivers' and
+  // the actuator's raw answers ("last_response", "result"), which may hold
+  // phone numbers, account ids or echoed secrets: what a viewer may see.
+  static nlohmann::json WithoutRawAnswers(nlohmann::json listing);
   // Runs an action by hand: body {"action", "job", "node", "incident_id",
   // "reason"}; still goes through dry-run and the circuit breaker.
   // kInvalidArgument for a bad body.

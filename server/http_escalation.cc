@@ -111,15 +111,23 @@ void HttpApi::InstallEscalationHandlers() {
     reply(res, esc.ExpireSilence(req.matches[1].str(), *who));
   });
 
-  server_->Get("/api/v1/deliveries", [&esc](const httplib::Request& req,
-                                            httplib::Response& res) {
-    Reply(res, 200, esc.ListDeliveries(req.get_param_value("incident"),
-                                       LimitParam(req, 1000)));
+  // Receivers' and the actuator's raw answers are for operators only.
+  auto for_caller = [authorizer](const httplib::Request& req, Json listing) {
+    if (authorizer->Authorize(CredentialsOf(req), Role::kOperator).ok())
+      return listing;
+    return EscalationService::WithoutRawAnswers(std::move(listing));
+  };
+  server_->Get("/api/v1/deliveries", [&esc, for_caller](
+                                         const httplib::Request& req,
+                                         httplib::Response& res) {
+    Reply(res, 200,
+          for_caller(req, esc.ListDeliveries(req.get_param_value("incident"),
+                                             LimitParam(req, 1000))));
   });
 
-  server_->Get("/api/v1/actions", [&esc](const httplib::Request& req,
-                                         httplib::Response& res) {
-    Reply(res, 200, esc.ListActions(req.get_param_value("incident")));
+  server_->Get("/api/v1/actions", [&esc, for_caller](const httplib::Request& req,
+                                                     httplib::Response& res) {
+    Reply(res, 200, for_caller(req, esc.ListActions(req.get_param_value("incident"))));
   });
   server_->Post("/api/v1/actions", [&esc, authorize, reply](
                                        const httplib::Request& req,

@@ -310,6 +310,16 @@ TEST_F(EscalationServiceTest, MalformedActuatorAnswersAreRecordedNotThrownOn) {
   const Json action = service_->ListActions(id)["actions"][0];
   EXPECT_TRUE(action["detail"].is_string()) << action.dump();
   EXPECT_EQ(action["result"]["status"], 5);
+  // Viewers get neither the actuator's answer nor receivers' bodies.
+  const Json for_viewer =
+      EscalationService::WithoutRawAnswers(service_->ListActions(id));
+  EXPECT_FALSE(for_viewer["actions"][0].contains("result"));
+  EXPECT_TRUE(for_viewer["actions"][0]["detail"].is_string());
+  const Json deliveries = service_->ListDeliveries(id, 100);
+  ASSERT_FALSE(deliveries["deliveries"].empty());
+  EXPECT_TRUE(deliveries["deliveries"][0].contains("last_response"));
+  EXPECT_FALSE(EscalationService::WithoutRawAnswers(deliveries)["deliveries"][0]
+                   .contains("last_response"));
 }
 
 // A job no node verified with the scheduler (its ranks only claimed it,
