@@ -922,6 +922,26 @@ absl::StatusOr<std::string> EscalationService::TwilioCallback(
       HmacSha1(voice->settings.value("auth_token", ""), signed_text));
   if (!ConstantTimeEquals(expected, signature))
     return absl::UnauthenticatedError("X-Twilio-Signature does not match");
+  {
+    auto call = form.find("CallSid");
+    if (call == form.end() || call->second.empty())
+      return absl::InvalidArgumentError("Twilio callback without CallSid");
+    auto digits = form.find("Digits");
+    const std::string seen_key = absl::StrCat(
+        call->second, "/", digits == form.end() ? "" : digits->second);
+    const double now = options_.clock->Now();
+    constexpr double kTwilioReplaySeconds = 86400;
+    constexpr size_t kMaxTwilioCalls = 100'000;
+    std::lock_guard<std::mutex> l(twilio_mu_);
+    std::erase_if(twilio_calls_, [&](const auto& entry) {
+      return entry.second < now - kTwilioReplaySeconds;
+    });
+    if (twilio_calls_.contains(seen_key))
+      return absl::AlreadyExistsError(
+          "this Twilio callback was already handled (a replay?)");
+    if (twilio_calls_.size() >= kMaxTwilioCalls) twilio_calls_.clear();
+    twilio_calls_.emplace(seen_key, now);
+  }
   std::map<std::string, std::string> query_params;
   for (absl::string_view pair : absl::StrSplit(absl::string_view(query.data(), query.size()), '&', absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv =

@@ -151,8 +151,11 @@ class EscalationService : public IncidentListener {
   // receiver's auth token over callback_url + "?" + `query` followed by the
   // sorted `form` fields, applies Digits (1 acknowledge, 2 resolve) to the
   // incident named in the query and returns the TwiML answer.
-  // kUnauthenticated for a bad signature, kNotFound when no twilio_voice
-  // receiver is configured.
+  // Twilio's signature carries no time, so each call's keypress is acted
+  // on once: a repeat of the same CallSid and Digits within 24 h (a
+  // captured request replayed) is kAlreadyExists and changes nothing.
+  // kUnauthenticated for a bad signature, kInvalidArgument without a
+  // CallSid, kNotFound when no twilio_voice receiver is configured.
   absl::StatusOr<std::string> TwilioCallback(
       std::string_view query, const std::multimap<std::string, std::string>& form,
       std::string_view signature);
@@ -203,6 +206,9 @@ class EscalationService : public IncidentListener {
   // "remediation halted" incidents to open / the open one's id.
   std::vector<std::string> pending_halts_ ABSL_GUARDED_BY(mu_);
   std::string halt_incident_ ABSL_GUARDED_BY(mu_);
+  // Twilio callbacks acted on: "CallSid/Digits" -> when (for replays).
+  std::mutex twilio_mu_;
+  std::map<std::string, double> twilio_calls_ ABSL_GUARDED_BY(twilio_mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
 
   std::mutex tick_mu_;

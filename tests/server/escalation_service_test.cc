@@ -483,6 +483,16 @@ TEST_F(EscalationServiceTest, TwilioKeypressAcknowledgesWithAValidSignatureOnly)
   service_->Decorate(&incident);
   EXPECT_EQ(incident["lifecycle"], "acknowledged");
   EXPECT_EQ(incident["escalation"]["acknowledged_by"], "phone:alice");
+
+  // Twilio's signature has no timestamp: a captured callback replayed
+  // later (here after the incident was unacknowledged) must not act again.
+  ASSERT_TRUE(service_->Unacknowledge(id, Identity{"bob", Role::kOperator}).ok());
+  absl::StatusOr<std::string> replayed = service_->TwilioCallback(query, form, good);
+  EXPECT_EQ(replayed.status().code(), absl::StatusCode::kAlreadyExists)
+      << replayed.status();
+  incident = {{"id", id}};
+  service_->Decorate(&incident);
+  EXPECT_NE(incident["lifecycle"], "acknowledged");
 }
 
 }  // namespace
