@@ -98,8 +98,12 @@ std::string RenderAgentMetrics(const StreamClientStats& s,
   Single(&out, "vigil_agent_last_ack_timestamp_seconds", "gauge",
          "Unix time of the last acknowledgement (0: never).", s.last_ack_time);
   Single(&out, "vigil_agent_samples_dropped_by_server_total", "counter",
-         "Samples the server dropped from accepted batches (late, duplicate).",
+         "Samples the server dropped from accepted batches (late, duplicate, "
+         "series limit).",
          s.samples_dropped_by_server);
+  Single(&out, "vigil_agent_samples_refused_by_server_total", "counter",
+         "Of those, samples whose series a server limit refused to create.",
+         s.samples_refused_by_server);
   Single(&out, "vigil_agent_ticks_total", "counter", "Collection ticks.",
          runner.ticks);
   Single(&out, "vigil_agent_event_frames_total", "counter",

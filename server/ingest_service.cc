@@ -367,8 +367,7 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
     if (options_.max_series_per_stream > 0 &&
         st.defs.size() >= options_.max_series_per_stream) {
       // Keep the stream and its known series; drop the new one's samples.
-      if (!st.dictionary_full)
-        metrics.RefuseSeries(SeriesLimit::kStream);
+      metrics.RefuseSeries(SeriesLimit::kStream);
       st.dictionary_full = true;
       continue;
     }

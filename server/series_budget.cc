@@ -41,6 +41,8 @@ void SeriesBudget::Prune(int64_t now_slice) {
 absl::Status SeriesBudget::Charge(const std::string& node,
                                   const std::string& job, double now,
                                   bool* by_node) {
+  if (by_node != nullptr) *by_node = false;
+  if (options_.per_node == 0 && options_.per_job == 0) return absl::OkStatus();
   const int64_t slice = static_cast<int64_t>(std::floor(now / slice_seconds_));
   std::lock_guard<std::mutex> lock(mu_);
   Prune(slice);
