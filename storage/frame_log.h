@@ -46,6 +46,9 @@ class FrameLogWriter {
 
   // Bytes in the segment.
   uint64_t size() const { return size_; }
+  // True once a failed write could not be undone (or a sync failed): every
+  // later Append fails, and the log must move to a new segment.
+  bool broken() const { return broken_; }
 
  private:
   FrameLogWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

@@ -213,6 +213,8 @@ class MemoryStore : public SeriesStore {
     return absl::OkStatus();
   }
 
+  absl::Status Health() const override { return absl::OkStatus(); }
+
   StoreStats Stats() const override {
     absl::MutexLock l(&mu_);
     return StoreStats{.series = series_.size(),

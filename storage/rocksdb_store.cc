@@ -10,6 +10,8 @@
 //           id(u32) piece_start_ms(u64)           -> chunk: part of an
 //                                                    open block
 //   default "log_start", "next_event_seq"         -> u64
+//   quarantine family(u8) key                     -> a value that could not
+//                                                    be decoded, kept aside
 // `day` is that of the block start, so raw retention deletes whole days.
 //
 // Durability: Append() writes its frames to the frame log (frame_log.h)
@@ -22,6 +24,16 @@
 // from log_start; samples already in closed blocks are dropped by the
 // out-of-order policy because the cursors are restored first.
 //
+// Write errors (a full disk, a read-only data dir) never lose what was
+// accepted. A frame log write that fails refuses that Append (nothing is
+// applied). A database write that fails after the frame log took the
+// samples keeps the batch in memory as owed: that Append still succeeds,
+// later ones are refused with kUnavailable, and the maintenance thread
+// calls DB::Resume(), writes what is owed and checkpoints once the cause
+// is gone. Checkpoints and retention run on that thread too, never in
+// Append(). Until then, samples of blocks closed into an owed batch are in
+// the frame log only and not visible to queries.
+//
 // Rollups are computed when raw data leaves retention: the expired day is
 // read back, folded into 1-minute rollups (merged with any already stored)
 // and deleted in one batch per group of series, so every minute is counted
@@ -31,12 +43,16 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <rocksdb/env.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -51,7 +67,7 @@
 namespace vigil {
 namespace {
 
-// Clock seconds between retention passes triggered by Append().
+// Clock seconds between retention passes of the maintenance thread.
 constexpr double kRetentionInterval = 600;
 constexpr int64_t kDayMs = 86'400'000;
 // Series per batch when turning an expired day into rollups.
@@ -61,9 +77,9 @@ constexpr double kMaxBlockSeconds = 40 * 86400.0;
 // Open-block pieces are short-lived: compress them cheaply.
 constexpr ChunkCodecOptions kPieceCodec{.zstd_level = 1};
 
-enum Cf { kMeta = 0, kRaw, kRollup, kIndex, kEvents, kOpen, kNumCf };
-constexpr const char* kCfNames[kNumCf] = {"default", "raw",    "rollup",
-                                          "index",   "events", "open"};
+enum Cf { kMeta = 0, kRaw, kRollup, kIndex, kEvents, kOpen, kQuarantine, kNumCf };
+constexpr const char* kCfNames[kNumCf] = {"default", "raw",  "rollup",    "index",
+                                          "events",  "open", "quarantine"};
 
 constexpr char kLogStartKey[] = "log_start";
 constexpr char kNextSeqKey[] = "next_event_seq";
@@ -76,6 +92,25 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.IsCorruption()) return absl::DataLossError(message);
   if (s.IsInvalidArgument()) return absl::InvalidArgumentError(message);
   return absl::InternalError(message);
+}
+
+// A failed write: kUnavailable, since the store retries and recovers once
+// the cause (a full disk, a read-only mount) is gone.
+absl::Status WriteError(std::string_view what, std::string_view cause) {
+  return absl::UnavailableError(absl::StrCat(
+      "storage refuses writes: ", std::string(what), ": ", std::string(cause)));
+}
+absl::Status FromRocksWrite(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  if (s.IsCorruption()) return FromRocks(s, what);
+  return WriteError(what, s.ToString());
+}
+
+// Key of a quarantined value of family `family` under `key`.
+std::string QuarantineKey(Cf family, const rocksdb::Slice& key) {
+  std::string k(1, static_cast<char>(family));
+  k.append(key.data(), key.size());
+  return k;
 }
 
 void PutBE(std::string* out, uint64_t v, int bytes) {
@@ -179,9 +214,10 @@ class RocksDbStore : public SeriesStore {
         next_retention_(options.store.clock->Now() + kRetentionInterval) {}
 
   ~RocksDbStore() override {
+    StopMaintenance();
     {
       absl::MutexLock l(&mu_);
-      if (broken_.ok() && log_ != nullptr) (void)Checkpoint();
+      if (owed_.empty() && log_ != nullptr) (void)Checkpoint();
     }
     for (rocksdb::ColumnFamilyHandle* h : handles_) {
       if (db_ != nullptr) (void)db_->DestroyColumnFamilyHandle(h);
@@ -209,9 +245,24 @@ class RocksDbStore : public SeriesStore {
                                 double to, size_t limit) const override;
   absl::Status Flush() override;
   absl::Status EnforceRetention() override;
+  absl::Status Health() const override;
   StoreStats Stats() const override;
 
+  // Starts the maintenance thread (after Init succeeded).
+  void StartMaintenance();
+
  private:
+  // The maintenance thread: checkpoints, retention and recovery.
+  void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_, wake_mu_);
+  // Wakes the maintenance thread now.
+  void Kick() ABSL_LOCKS_EXCLUDED(wake_mu_);
+  void StopMaintenance() ABSL_LOCKS_EXCLUDED(wake_mu_);
+  // After an error: resumes the database, writes what is owed and
+  // checkpoints into a fresh frame log segment; healthy again on success.
+  void TryRecover() ABSL_LOCKS_EXCLUDED(mu_);
+  // Notes a failed write outside mu_ (events, state, index, maintenance):
+  // health turns degraded until the next successful recovery pass.
+  void NoteError(const absl::Status& s) ABSL_LOCKS_EXCLUDED(health_mu_);
   // Applies validated frames to the open blocks; closed blocks go to `batch`.
   void ApplyFrames(std::span<const FrameColumns> frames, AppendResult* result,
                    rocksdb::WriteBatch* batch)
@@ -219,8 +270,9 @@ class RocksDbStore : public SeriesStore {
   // Adds `block` of `id` to `batch` as a raw chunk and empties it.
   void CloseBlock(SeriesId id, Block* block, rocksdb::WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes `batch`; a failure makes the store refuse further appends, since
-  // memory then holds less than the frame log promises.
+  // Writes `batch`. On failure the batch is kept as owed and the store
+  // refuses appends until TryRecover() has written it, since memory then
+  // holds less than the frame log promises.
   absl::Status WriteLocked(rocksdb::WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts a new log segment and writes all open-block tails (see top).
@@ -255,7 +307,14 @@ class RocksDbStore : public SeriesStore {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 
   mutable absl::Mutex mu_;
-  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  // Batches the database refused, oldest first; appends are refused with
+  // `refusal_` while any is owed.
+  std::vector<rocksdb::WriteBatch> owed_ ABSL_GUARDED_BY(mu_);
+  absl::Status refusal_ ABSL_GUARDED_BY(mu_);
+  // The last frame log append failed (cleared by the next that succeeds, or
+  // by recovery when the segment broke).
+  absl::Status log_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t checkpoints_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<SeriesKey> keys_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<SeriesKey, SeriesId> ids_ ABSL_GUARDED_BY(mu_);
   std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);
@@ -277,6 +336,19 @@ class RocksDbStore : public SeriesStore {
   uint64_t next_seq_ ABSL_GUARDED_BY(events_mu_) = 1;
 
   absl::Mutex retention_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+
+  // Health outside the append path; a leaf lock.
+  mutable absl::Mutex health_mu_;
+  absl::Status other_error_ ABSL_GUARDED_BY(health_mu_);
+  std::atomic<uint64_t> write_errors_{0};
+  std::atomic<uint64_t> recoveries_{0};
+  std::atomic<uint64_t> quarantined_{0};
+  mutable std::atomic<uint64_t> corrupt_skipped_{0};
+
+  absl::Mutex wake_mu_;
+  bool kicked_ ABSL_GUARDED_BY(wake_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(wake_mu_) = false;
+  std::thread maintenance_;
 };
 
 absl::Status RocksDbStore::Init() {
@@ -291,6 +363,7 @@ absl::Status RocksDbStore::Init() {
   db_options.create_missing_column_families = true;
   db_options.max_background_jobs = 2;
   db_options.max_total_wal_size = 64 << 20;
+  if (options_.env != nullptr) db_options.env = options_.env;
   const auto supported = rocksdb::GetSupportedCompressions();
   const bool has_zstd = std::find(supported.begin(), supported.end(),
                                   rocksdb::kZSTD) != supported.end();
@@ -354,6 +427,7 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       db_->NewIterator(rocksdb::ReadOptions(), cf(kOpen)));
   std::vector<int64_t> ts;
   std::vector<double> values;
+  rocksdb::WriteBatch quarantine;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
     if (k.size() != 4 && k.size() != 12)
@@ -373,21 +447,31 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
     }
     ts.clear();
     values.clear();
-    VIGIL_RETURN_IF_ERROR(
-        DecodeChunk(it->value().ToStringView(), &ts, &values));
+    const bool decoded = DecodeChunk(it->value().ToStringView(), &ts, &values).ok();
+    const int64_t block_start = b.offsets.empty() && !ts.empty() ? ts[0] : b.start_ms;
+    if (!decoded || std::any_of(ts.begin(), ts.end(), [&](int64_t t) {
+          return t < block_start || t - block_start > UINT32_MAX;
+        })) {
+      // Its samples are lost; the rest of the store stays usable.
+      (void)quarantine.Put(cf(kQuarantine), QuarantineKey(kOpen, k), it->value());
+      (void)quarantine.Delete(cf(kOpen), k);
+      ++quarantined_;
+      continue;
+    }
     if (ts.empty()) continue;
     if (b.offsets.empty()) b.start_ms = ts[0];
     b.pieces.push_back(Unbiased(GetBE(k.data() + 4, 8)));
     for (size_t i = 0; i < ts.size(); ++i) {
-      if (ts[i] < b.start_ms || ts[i] - b.start_ms > UINT32_MAX)
-        return absl::DataLossError("open blocks: piece out of range");
       b.offsets.push_back(static_cast<uint32_t>(ts[i] - b.start_ms));
       b.values.push_back(values[i]);
       (void)ClassifySample(&b.cursor, ts[i], values[i]);
     }
     b.checkpointed = static_cast<uint32_t>(b.offsets.size());
   }
-  return FromRocks(it->status(), "cannot read open blocks");
+  VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read open blocks"));
+  if (quarantine.Count() == 0) return absl::OkStatus();
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &quarantine),
+                   "cannot quarantine open blocks");
 }
 
 absl::Status RocksDbStore::ReplayLog() {
@@ -481,8 +565,13 @@ absl::Status RocksDbStore::WriteLocked(rocksdb::WriteBatch* batch) {
   if (batch->Count() == 0) return absl::OkStatus();
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  absl::Status s = FromRocks(db_->Write(write, batch), "cannot write chunks");
-  if (!s.ok()) broken_ = s;
+  absl::Status s = FromRocksWrite(db_->Write(write, batch), "cannot write chunks");
+  if (!s.ok()) {
+    ++write_errors_;
+    owed_.push_back(std::move(*batch));
+    batch->Clear();
+    refusal_ = s;
+  }
   return s;
 }
 
@@ -512,7 +601,7 @@ absl::Status RocksDbStore::Checkpoint() {
   (void)batch.Put(cf(kMeta), kLogStartKey, U64Value(number));
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  absl::Status s = FromRocks(db_->Write(write, &batch), "cannot checkpoint");
+  absl::Status s = FromRocksWrite(db_->Write(write, &batch), "cannot checkpoint");
   if (!s.ok()) {
     // The old segments stay in the replay range; undo the bookkeeping.
     for (auto [id, start] : written) {
@@ -526,6 +615,7 @@ absl::Status RocksDbStore::Checkpoint() {
     return s;
   }
   dirty_.clear();
+  ++checkpoints_;
   Hook("committed");
   auto segments = ListFrameLogSegments(options_.data_dir);
   if (segments.ok()) {
@@ -560,9 +650,13 @@ absl::StatusOr<SeriesId> RocksDbStore::Resolve(const SeriesKey& key) {
   const SeriesId id = static_cast<SeriesId>(keys_.size());
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  VIGIL_RETURN_IF_ERROR(
-      FromRocks(db_->Put(write, cf(kIndex), IndexKey(id), EncodeSeriesKey(normal)),
-                "cannot persist series"));
+  if (absl::Status s = FromRocksWrite(
+          db_->Put(write, cf(kIndex), IndexKey(id), EncodeSeriesKey(normal)),
+          "cannot persist series");
+      !s.ok()) {
+    NoteError(s);
+    return s;
+  }
   ids_.emplace(normal, id);
   keys_.push_back(std::move(normal));
   blocks_.emplace_back();
@@ -593,28 +687,36 @@ std::vector<SeriesInfo> RocksDbStore::ListSeries(
 absl::Status RocksDbStore::Append(std::span<const FrameColumns> frames,
                                   AppendResult* result) {
   AppendResult local;
-  bool retention_due = false;
+  absl::Status status;
+  bool maintenance_due = false;
   {
     absl::MutexLock l(&mu_);
-    VIGIL_RETURN_IF_ERROR(broken_);
+    VIGIL_RETURN_IF_ERROR(refusal_);
     VIGIL_RETURN_IF_ERROR(ValidateFrames(frames, keys_.size()));
-    VIGIL_RETURN_IF_ERROR(log_->Append(frames, options_.sync_frame_log));
-    rocksdb::WriteBatch batch;
-    ApplyFrames(frames, &local, &batch);
-    appended_ += local.accepted;
-    dropped_ += local.duplicates + local.out_of_order;
-    VIGIL_RETURN_IF_ERROR(WriteLocked(&batch));
-    if (log_->size() >= options_.frame_log_checkpoint_bytes)
-      VIGIL_RETURN_IF_ERROR(Checkpoint());
-    const double now = options_.store.clock->Now();
-    if (now >= next_retention_) {
-      next_retention_ = now + kRetentionInterval;
-      retention_due = true;
+    status = log_->Append(frames, options_.sync_frame_log);
+    if (!status.ok()) {
+      ++write_errors_;
+      log_error_ = status =
+          WriteError("cannot write the frame log", std::string(status.message()));
+      // A segment that cannot be trusted any more needs a new one.
+      maintenance_due = log_->broken();
+    } else {
+      log_error_ = absl::OkStatus();
+      rocksdb::WriteBatch batch;
+      ApplyFrames(frames, &local, &batch);
+      appended_ += local.accepted;
+      dropped_ += local.duplicates + local.out_of_order;
+      // The samples are durable in the frame log: a failed chunk write does
+      // not fail this Append, it makes the store refuse the next ones until
+      // the maintenance thread has written what is owed.
+      maintenance_due = !WriteLocked(&batch).ok() ||
+                        log_->size() >= options_.frame_log_checkpoint_bytes ||
+                        options_.store.clock->Now() >= next_retention_;
     }
   }
-  if (result != nullptr) *result = local;
-  if (retention_due) return EnforceRetention();
-  return absl::OkStatus();
+  if (maintenance_due) Kick();
+  if (status.ok() && result != nullptr) *result = local;
+  return status;
 }
 
 absl::StatusOr<int64_t> RocksDbStore::SnapshotOpenBlock(
@@ -661,8 +763,11 @@ absl::Status RocksDbStore::ScanRaw(
       if (start >= end) break;
       ts.clear();
       values.clear();
-      VIGIL_RETURN_IF_ERROR(
-          DecodeChunk(it->value().ToStringView(), &ts, &values));
+      // A corrupt chunk is skipped (and quarantined by retention).
+      if (!DecodeChunk(it->value().ToStringView(), &ts, &values).ok()) {
+        ++corrupt_skipped_;
+        continue;
+      }
       fn(ts, values);
     }
     ++day;
@@ -725,9 +830,11 @@ absl::StatusOr<std::vector<Aggregate>> RocksDbStore::QueryAggregate(
     if (it->key() == RollupKey(day, id)) {
       absl::StatusOr<std::vector<RollupPoint>> points =
           DecodeRollupChunk(it->value().ToStringView());
-      status = points.status();
-      if (!status.ok()) break;
-      for (const RollupPoint& p : *points) builder.AddRollup(p);
+      if (points.ok()) {
+        for (const RollupPoint& p : *points) builder.AddRollup(p);
+      } else {
+        ++corrupt_skipped_;
+      }
     }
     ++day;
   }
@@ -762,7 +869,12 @@ absl::StatusOr<uint64_t> RocksDbStore::AppendEvent(const Event& event) {
   (void)batch.Put(cf(kMeta), kNextSeqKey, U64Value(seq + 1));
   rocksdb::WriteOptions write;
   write.sync = true;
-  VIGIL_RETURN_IF_ERROR(FromRocks(db_->Write(write, &batch), "cannot append event"));
+  if (absl::Status s =
+          FromRocksWrite(db_->Write(write, &batch), "cannot append event");
+      !s.ok()) {
+    NoteError(s);
+    return s;
+  }
   next_seq_ = seq + 1;
   return seq;
 }
@@ -772,10 +884,12 @@ absl::Status RocksDbStore::PutState(std::string_view key,
   if (key.empty()) return absl::InvalidArgumentError("state key is empty");
   rocksdb::WriteOptions write;
   write.sync = true;
-  return FromRocks(db_->Put(write, cf(kMeta),
-                            absl::StrCat(kStatePrefix, std::string(key)),
-                            rocksdb::Slice(value.data(), value.size())),
-                   "cannot store state");
+  absl::Status s = FromRocksWrite(
+      db_->Put(write, cf(kMeta), absl::StrCat(kStatePrefix, std::string(key)),
+               rocksdb::Slice(value.data(), value.size())),
+      "cannot store state");
+  if (!s.ok()) NoteError(s);
+  return s;
 }
 
 absl::StatusOr<std::string> RocksDbStore::GetState(std::string_view key) const {
@@ -821,7 +935,7 @@ std::vector<Event> RocksDbStore::ListEvents(std::string_view stream,
 absl::Status RocksDbStore::Flush() {
   {
     absl::MutexLock l(&mu_);
-    VIGIL_RETURN_IF_ERROR(broken_);
+    VIGIL_RETURN_IF_ERROR(refusal_);
     VIGIL_RETURN_IF_ERROR(Checkpoint());
   }
   VIGIL_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions(), handles_),
@@ -848,6 +962,8 @@ absl::StatusOr<bool> RocksDbStore::RollUpDay(int64_t day) {
     // One group of series: fold their chunks into rollups.
     std::map<SeriesId, std::vector<RollupPoint>> rollups;
     SeriesId first = 0, last = 0;
+    rocksdb::WriteBatch batch;
+    uint64_t quarantined = 0;
     while (it->Valid() && it->key().starts_with(day_prefix)) {
       const SeriesId id = static_cast<SeriesId>(GetBE(it->key().data() + 4, 4));
       if (rollups.empty()) first = id;
@@ -855,13 +971,17 @@ absl::StatusOr<bool> RocksDbStore::RollUpDay(int64_t day) {
       last = id;
       ts.clear();
       values.clear();
-      VIGIL_RETURN_IF_ERROR(
-          DecodeChunk(it->value().ToStringView(), &ts, &values));
-      RollUp(ts, values, &rollups[id]);
+      std::vector<RollupPoint>& points = rollups[id];
+      if (DecodeChunk(it->value().ToStringView(), &ts, &values).ok()) {
+        RollUp(ts, values, &points);
+      } else {  // deleted with the day like the others, but kept aside
+        (void)batch.Put(cf(kQuarantine), QuarantineKey(kRaw, it->key()),
+                        it->value());
+        ++quarantined;
+      }
       it->Next();
     }
     VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read chunks"));
-    rocksdb::WriteBatch batch;
     for (auto& [id, points] : rollups) {
       std::sort(points.begin(), points.end(),
                 [](const RollupPoint& a, const RollupPoint& b) {
@@ -885,9 +1005,14 @@ absl::StatusOr<bool> RocksDbStore::RollUpDay(int64_t day) {
             db_->Get(rocksdb::ReadOptions(), cf(kRollup), RollupKey(rday, id), &existing);
         if (!s.IsNotFound()) {
           VIGIL_RETURN_IF_ERROR(FromRocks(s, "cannot read rollups"));
-          VIGIL_ASSIGN_OR_RETURN(std::vector<RollupPoint> old,
-                                 DecodeRollupChunk(existing));
-          group = MergeRollups(old, group);
+          absl::StatusOr<std::vector<RollupPoint>> old = DecodeRollupChunk(existing);
+          if (old.ok()) {
+            group = MergeRollups(*old, group);
+          } else {  // replaced by the new minutes alone, kept aside
+            (void)batch.Put(cf(kQuarantine),
+                            QuarantineKey(kRollup, RollupKey(rday, id)), existing);
+            ++quarantined;
+          }
         }
         (void)batch.Put(cf(kRollup), RollupKey(rday, id), EncodeRollupChunk(group));
         begin = end;
@@ -899,8 +1024,9 @@ absl::StatusOr<bool> RocksDbStore::RollUpDay(int64_t day) {
                             range_end);
     absl::MutexLock l(&mu_);
     if (late_writes_ != generation) return false;
-    VIGIL_RETURN_IF_ERROR(
-        FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "cannot write rollups"));
+    VIGIL_RETURN_IF_ERROR(FromRocksWrite(db_->Write(rocksdb::WriteOptions(), &batch),
+                                         "cannot write rollups"));
+    quarantined_ += quarantined;
   }
   return true;
 }
@@ -916,7 +1042,7 @@ absl::Status RocksDbStore::EnforceRetention() {
       DayOf(TsToMillis(now - retention.rollup_seconds)) - 1;
   {
     absl::MutexLock l(&mu_);
-    VIGIL_RETURN_IF_ERROR(broken_);
+    VIGIL_RETURN_IF_ERROR(refusal_);
     retention_day_ = raw_last;
     rocksdb::WriteBatch batch;
     for (SeriesId id = 0; id < blocks_.size(); ++id) {
@@ -965,10 +1091,118 @@ absl::Status RocksDbStore::EnforceRetention() {
   return absl::OkStatus();
 }
 
-StoreStats RocksDbStore::Stats() const {
-  StoreStats stats;
+void RocksDbStore::StartMaintenance() {
+  maintenance_ = std::thread([this] { MaintenanceLoop(); });
+}
+
+void RocksDbStore::StopMaintenance() {
+  {
+    absl::MutexLock w(&wake_mu_);
+    stopping_ = true;
+  }
+  if (maintenance_.joinable()) maintenance_.join();
+}
+
+void RocksDbStore::Kick() {
+  absl::MutexLock w(&wake_mu_);
+  kicked_ = true;
+}
+
+void RocksDbStore::NoteError(const absl::Status& s) {
+  ++write_errors_;
+  absl::MutexLock h(&health_mu_);
+  other_error_ = s;
+}
+
+void RocksDbStore::MaintenanceLoop() {
+  const absl::Duration interval =
+      absl::Seconds(std::max(0.001, options_.maintenance_interval_seconds));
+  while (true) {
+    {
+      absl::MutexLock w(&wake_mu_);
+      auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(wake_mu_) {
+        return kicked_ || stopping_;
+      };
+      wake_mu_.AwaitWithTimeout(absl::Condition(&woken), interval);
+      if (stopping_) return;
+      kicked_ = false;
+    }
+    bool failing;
+    {
+      absl::MutexLock l(&mu_);
+      failing = !owed_.empty() || log_->broken();
+    }
+    {
+      absl::MutexLock h(&health_mu_);
+      failing = failing || !other_error_.ok();
+    }
+    if (failing) {
+      TryRecover();
+      continue;
+    }
+    bool retention_due;
+    {
+      absl::MutexLock l(&mu_);
+      if (log_->size() >= options_.frame_log_checkpoint_bytes) {
+        if (absl::Status s = Checkpoint(); !s.ok()) NoteError(s);
+      }
+      const double now = options_.store.clock->Now();
+      retention_due = now >= next_retention_;
+      if (retention_due) next_retention_ = now + kRetentionInterval;
+    }
+    if (retention_due) {
+      if (absl::Status s = EnforceRetention(); !s.ok()) NoteError(s);
+    }
+  }
+}
+
+void RocksDbStore::TryRecover() {
+  absl::MutexLock l(&mu_);
+  // Resume() is a no-op unless a background error stopped the database.
+  absl::Status s = FromRocksWrite(db_->Resume(), "cannot resume the database");
+  while (s.ok() && !owed_.empty()) {
+    rocksdb::WriteOptions write;
+    write.sync = options_.sync_frame_log;
+    s = FromRocksWrite(db_->Write(write, &owed_.front()), "cannot write chunks");
+    if (s.ok()) owed_.erase(owed_.begin());
+  }
+  // A fresh segment: the failing one may have lost its tail on the way.
+  if (s.ok()) s = Checkpoint();
+  if (!s.ok()) {
+    if (!owed_.empty()) refusal_ = s;
+    absl::MutexLock h(&health_mu_);
+    other_error_ = s;
+    return;
+  }
+  refusal_ = absl::OkStatus();
+  log_error_ = absl::OkStatus();
+  {
+    absl::MutexLock h(&health_mu_);
+    other_error_ = absl::OkStatus();
+  }
+  ++recoveries_;
+}
+
+absl::Status RocksDbStore::Health() const {
   {
     absl::MutexLock l(&mu_);
+    if (!refusal_.ok()) return refusal_;
+    if (!log_error_.ok()) return log_error_;
+  }
+  absl::MutexLock h(&health_mu_);
+  if (other_error_.ok()) return absl::OkStatus();
+  return absl::UnavailableError(std::string(other_error_.message()));
+}
+
+StoreStats RocksDbStore::Stats() const {
+  StoreStats stats;
+  stats.write_errors = write_errors_;
+  stats.recoveries = recoveries_;
+  stats.chunks_quarantined = quarantined_;
+  stats.corrupt_chunks_skipped = corrupt_skipped_;
+  {
+    absl::MutexLock l(&mu_);
+    stats.checkpoints = checkpoints_;
     stats.series = keys_.size();
     stats.samples_appended = appended_;
     stats.samples_dropped = dropped_;
@@ -999,6 +1233,7 @@ absl::StatusOr<std::unique_ptr<SeriesStore>> OpenRocksDbStore(
         "block_samples must be > 0 and block_seconds in (0, ", kMaxBlockSeconds, "]"));
   auto store = std::make_unique<RocksDbStore>(options);
   VIGIL_RETURN_IF_ERROR(store->Init());
+  store->StartMaintenance();
   return store;
 }
 

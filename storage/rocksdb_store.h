@@ -11,6 +11,10 @@
 #include "absl/status/statusor.h"
 #include "storage/series_store.h"
 
+namespace rocksdb {
+class Env;
+}  // namespace rocksdb
+
 namespace vigil {
 
 struct RocksDbStoreOptions {
@@ -21,6 +25,14 @@ struct RocksDbStoreOptions {
   bool sync_frame_log = false;
   // Frame log size that triggers a checkpoint (open blocks written out).
   uint64_t frame_log_checkpoint_bytes = 64 << 20;
+  // Checkpoints, retention and recovery from write errors run on the
+  // store's own maintenance thread, never in Append(). It wakes when the
+  // frame log passes frame_log_checkpoint_bytes or retention falls due,
+  // and at least this often (wall-clock seconds) to retry after an error.
+  double maintenance_interval_seconds = 1;
+  // The RocksDB environment, for tests that inject I/O faults; null: the
+  // default. Not owned; must outlive the store.
+  rocksdb::Env* env = nullptr;
   // Test hook, called (under the store's lock) at the steps of a checkpoint:
   // "rotated" (new log segment created, open blocks not yet written) and
   // "committed" (open blocks written, old segments not yet deleted). Crash
@@ -28,8 +40,9 @@ struct RocksDbStoreOptions {
   std::function<void(std::string_view step)> checkpoint_hook;
 };
 
-// Opens (creating if needed) the store in options.data_dir and replays the
-// frame log. kInvalidArgument for bad options; kDataLoss/kInternal when the
+// Opens (creating if needed) the store in options.data_dir, replays the
+// frame log and starts the maintenance thread. A chunk or open-block piece
+// that cannot be decoded is quarantined (kept aside, counted), not fatal. kInvalidArgument for bad options; kDataLoss/kInternal when the
 // data dir is unreadable or corrupt beyond the torn tail of the frame log
 // (which is truncated and reported, not fatal).
 absl::StatusOr<std::unique_ptr<SeriesStore>> OpenRocksDbStore(

@@ -89,6 +89,16 @@ struct StoreStats {
   uint64_t frame_log_bytes = 0;   // gauge
   // Bytes of a torn frame log tail cut off when the store was opened.
   uint64_t frame_log_torn_bytes = 0;
+  // Failed writes to the frame log or the database (disk full, read-only
+  // data dir, I/O errors), and returns to health after one.
+  uint64_t write_errors = 0;
+  uint64_t recoveries = 0;
+  // Checkpoints written (open blocks saved, frame log cut).
+  uint64_t checkpoints = 0;
+  // Chunks that failed to decode: moved aside by retention (quarantined),
+  // or skipped by a query that met them.
+  uint64_t chunks_quarantined = 0;
+  uint64_t corrupt_chunks_skipped = 0;
 };
 
 // One permanent, timestamped record in the events family (incidents,
@@ -162,8 +172,16 @@ class SeriesStore {
   virtual absl::Status Flush() = 0;
 
   // Drops raw chunks and rollups older than the retention periods, using the
-  // store's clock. Also run periodically by the store itself.
+  // store's clock. Also run periodically by the store itself (the RocksDB
+  // store does it on its own maintenance thread, never in Append). A chunk
+  // that cannot be decoded is quarantined and counted, never an error.
   virtual absl::Status EnforceRetention() = 0;
+
+  // OK while the store accepts appends. Otherwise kUnavailable saying why
+  // (a full disk, a read-only data dir): Append() refuses with that status,
+  // nothing accepted before is lost, and the store retries on its own and
+  // turns healthy again, without a restart, once the cause is gone.
+  virtual absl::Status Health() const = 0;
 
   virtual StoreStats Stats() const = 0;
 };

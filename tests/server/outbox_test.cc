@@ -738,6 +738,7 @@ class RefusingStore : public SeriesStore {
   }
   absl::Status Flush() override { return base_->Flush(); }
   absl::Status EnforceRetention() override { return base_->EnforceRetention(); }
+  absl::Status Health() const override { return base_->Health(); }
   StoreStats Stats() const override { return base_->Stats(); }
 
  private:

@@ -2,7 +2,11 @@
 // consistency of checkpoints. Crashes run in a re-executed child process
 // (threadsafe death tests) that _exit()s or is SIGKILLed mid-stream.
 #include <fcntl.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,7 +15,9 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "storage/frame_log.h"
+#include "gmock/gmock.h"
 #include "tests/storage/store_test_util.h"
 
 namespace vigil::testing {
@@ -19,6 +25,61 @@ namespace {
 
 constexpr double kT0 = 1764000000.0;
 constexpr int kSeries = 5;
+
+// A file system whose writable files fail every append with "no space
+// left on device" while `full` is set, as a full disk does.
+class FullDiskFs : public rocksdb::FileSystemWrapper {
+ public:
+  explicit FullDiskFs(std::shared_ptr<rocksdb::FileSystem> base)
+      : FileSystemWrapper(std::move(base)) {}
+  const char* Name() const override { return "FullDiskFs"; }
+
+  rocksdb::IOStatus NewWritableFile(
+      const std::string& name, const rocksdb::FileOptions& options,
+      std::unique_ptr<rocksdb::FSWritableFile>* result,
+      rocksdb::IODebugContext* dbg) override {
+    std::unique_ptr<rocksdb::FSWritableFile> file;
+    rocksdb::IOStatus s = target()->NewWritableFile(name, options, &file, dbg);
+    if (s.ok()) *result = std::make_unique<File>(std::move(file), &full);
+    return s;
+  }
+
+  std::atomic<bool> full{false};
+
+ private:
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> file, std::atomic<bool>* full)
+        : FSWritableFileOwnerWrapper(std::move(file)), full_(full) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data,
+                             const rocksdb::IOOptions& options,
+                             rocksdb::IODebugContext* dbg) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return FSWritableFileOwnerWrapper::Append(data, options, dbg);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data,
+                             const rocksdb::IOOptions& options,
+                             const rocksdb::DataVerificationInfo& info,
+                             rocksdb::IODebugContext* dbg) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return FSWritableFileOwnerWrapper::Append(data, options, info, dbg);
+    }
+
+   private:
+    std::atomic<bool>* full_;
+  };
+};
+
+// True once `done()` holds, polling for up to 20 s.
+template <typename Fn>
+bool WaitFor(Fn done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
 
 // The value series `s` holds at frame `f`.
 double ValueAt(int s, int f) { return f % 13 == 0 ? NAN : (f * 7 + s) * 0.25; }
@@ -212,6 +273,145 @@ TEST_F(RocksDbStoreTest, TornFrameLogTailIsCutAndReported) {
   auto store = Open();
   EXPECT_EQ(StoredFrames(store.get()), 40);
   EXPECT_EQ(store->Stats().frame_log_torn_bytes, 0u);
+}
+
+// A full disk under the database: the append whose closed block cannot be
+// written still succeeds (its samples are in the frame log), later ones
+// are refused with kUnavailable, and once space returns the store writes
+// what it owed and accepts again - without a restart, nothing lost.
+TEST_F(RocksDbStoreTest, DatabaseWriteErrorsRefuseAppendsUntilSpaceReturns) {
+  auto fs = std::make_shared<FullDiskFs>(rocksdb::FileSystem::Default());
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+  options.env = env.get();
+  options.maintenance_interval_seconds = 0.01;
+  {
+    auto store = Open(options);
+    ResolveAll(store.get());
+    int f = 0;
+    for (; f < 10; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+    fs->full = true;
+    absl::Status refused;
+    while ((refused = AppendFrameAt(store.get(), f)).ok() && f < 100) ++f;
+    EXPECT_EQ(f, 16);  // the 16th frame closed the first blocks
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+    EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("disk full"));
+    EXPECT_EQ(store->Health().code(), absl::StatusCode::kUnavailable);
+    EXPECT_GE(store->Stats().write_errors, 1u);
+    // While the disk stays full, retries keep failing and nothing changes.
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_EQ(AppendFrameAt(store.get(), f).code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(store->Stats().recoveries, 0u);
+
+    fs->full = false;
+    ASSERT_TRUE(WaitFor([&] { return store->Health().ok(); }));
+    EXPECT_EQ(store->Stats().recoveries, 1u);
+    for (; f < 40; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+    EXPECT_EQ(StoredFrames(store.get()), 40);
+  }
+  auto store = Open();
+  EXPECT_EQ(StoredFrames(store.get()), 40);
+}
+
+// A frame log that cannot grow (a full disk, here a file size limit)
+// refuses that append alone, with nothing applied; the next append after
+// the cause is gone is accepted and the store is healthy again.
+TEST_F(RocksDbStoreTest, FrameLogWriteErrorsRefuseOnlyWhileTheyLast) {
+  RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+  options.maintenance_interval_seconds = 3600;  // nothing else writes
+  auto store = Open(options);
+  ResolveAll(store.get());
+  for (int f = 0; f < 5; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  const auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit limit = old_limit;
+  limit.rlim_cur = store->Stats().frame_log_bytes;  // no file may grow
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const absl::Status refused = AppendFrameAt(store.get(), 5);
+  const absl::Status health = store->Health();
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_EQ(health.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(StoredFrames(store.get()), 5);  // nothing of frame 5 applied
+  ASSERT_TRUE(AppendFrameAt(store.get(), 5).ok());
+  EXPECT_TRUE(store->Health().ok());
+  EXPECT_EQ(StoredFrames(store.get()), 6);
+  store.reset();
+  store = Open();
+  EXPECT_EQ(StoredFrames(store.get()), 6);
+}
+
+// Checkpoints happen on the maintenance thread as the frame log grows.
+TEST_F(RocksDbStoreTest, CheckpointsRunOffTheAppendPath) {
+  RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+  options.frame_log_checkpoint_bytes = 1000;
+  std::atomic<int> committed = 0;
+  std::atomic<bool> opened = false, on_append_thread = false;
+  const std::thread::id self = std::this_thread::get_id();
+  options.checkpoint_hook = [&](std::string_view step) {
+    if (step != "committed" || !opened) return;  // opening checkpoints too
+    ++committed;
+    if (std::this_thread::get_id() == self) on_append_thread = true;
+  };
+  auto store = Open(options);
+  opened = true;
+  const int at_open = committed;
+  ResolveAll(store.get());
+  for (int f = 0; f < 100; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  ASSERT_TRUE(WaitFor([&] { return committed > at_open; }));
+  EXPECT_FALSE(on_append_thread);
+  EXPECT_GT(store->Stats().checkpoints, 0u);
+  EXPECT_EQ(StoredFrames(store.get()), 100);
+}
+
+// A chunk that no longer decodes (bit rot, a bug) is skipped by queries,
+// and quarantined by retention instead of blocking it forever.
+TEST_F(RocksDbStoreTest, CorruptChunksAreQuarantinedNotFatal) {
+  {
+    auto store = Open();
+    ResolveAll(store.get());
+    for (int f = 0; f < 100; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  }
+  {  // Corrupt the first raw chunk behind the store's back.
+    rocksdb::DBOptions db_options;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    std::vector<std::string> names;
+    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(db_options, dir_.path() + "/db", &names).ok());
+    for (const std::string& name : names) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw_db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(db_options, dir_.path() + "/db", families, &handles, &raw_db).ok());
+    std::unique_ptr<rocksdb::DB> db(raw_db);
+    rocksdb::ColumnFamilyHandle* raw = nullptr;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == "raw") raw = handles[i];
+    }
+    ASSERT_NE(raw, nullptr);
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), raw));
+    it->SeekToFirst();
+    ASSERT_TRUE(it->Valid());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), raw, it->key(), "not a chunk").ok());
+    it.reset();
+    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+    ASSERT_TRUE(db->Close().ok());
+  }
+  auto store = Open();
+  // Series 0 lost its first block (16 frames); the others are intact.
+  auto first = store->Query(0, 0, 1e10);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->size(), 100u - 16u);
+  EXPECT_EQ(store->Query(1, 0, 1e10)->size(), 100u);
+  EXPECT_GE(store->Stats().corrupt_chunks_skipped, 1u);
+  clock_.Advance(30 * 86400.0);
+  ASSERT_TRUE(store->EnforceRetention().ok());
+  EXPECT_EQ(store->Stats().chunks_quarantined, 1u);
+  auto rolled = store->QueryAggregate(1, kT0, kT0 + 3600, 3600);
+  ASSERT_TRUE(rolled.ok()) << rolled.status();
+  ASSERT_EQ(rolled->size(), 1u);
+  EXPECT_EQ((*rolled)[0].count, 100u);
+  EXPECT_TRUE(store->Health().ok());
 }
 
 // A crash at each step of the n-th checkpoint loses and duplicates nothing.
