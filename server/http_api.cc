@@ -278,9 +278,22 @@ void HttpApi::InstallHandlers() {
     ReplyError(res, 404, "no web UI: web dir not configured or no index.html");
   });
 
+  // Liveness stays 200 while the store refuses writes: a restart would not
+  // free the disk, and the server recovers by itself. Readiness says 503.
   server_->Get("/healthz", [&o](const httplib::Request&,
                                 httplib::Response& res) {
-    Reply(res, 200, Json{{"status", "ok"}, {"time", o.clock->Now()}});
+    const absl::Status storage = o.store->Health();
+    Json body{{"status", storage.ok() ? "ok" : "degraded"},
+              {"time", o.clock->Now()}};
+    if (!storage.ok()) body["storage"] = std::string(storage.message());
+    Reply(res, 200, body);
+  });
+  server_->Get("/readyz", [&o](const httplib::Request&,
+                               httplib::Response& res) {
+    const absl::Status storage = o.store->Health();
+    if (storage.ok()) return Reply(res, 200, Json{{"ready", true}});
+    Reply(res, 503, Json{{"ready", false},
+                         {"storage", std::string(storage.message())}});
   });
 
   server_->Get("/metrics", [&o](const httplib::Request&,
@@ -351,6 +364,26 @@ void HttpApi::InstallHandlers() {
                  "Compressed chunks the store has written.");
     AppendSample(&out, "vigil_storage_chunks_flushed_total",
                  stats.chunks_flushed);
+    AppendFamily(&out, "vigil_storage_healthy", "gauge",
+                 "1 while the store accepts writes, 0 while it refuses them "
+                 "(see /readyz for why).");
+    AppendSample(&out, "vigil_storage_healthy", o.store->Health().ok() ? 1 : 0);
+    AppendFamily(&out, "vigil_storage_write_errors_total", "counter",
+                 "Writes to the frame log or the database that failed.");
+    AppendSample(&out, "vigil_storage_write_errors_total", stats.write_errors);
+    AppendFamily(&out, "vigil_storage_recoveries_total", "counter",
+                 "Returns to health after write errors, without a restart.");
+    AppendSample(&out, "vigil_storage_recoveries_total", stats.recoveries);
+    AppendFamily(&out, "vigil_storage_checkpoints_total", "counter",
+                 "Checkpoints (open blocks saved, frame log cut).");
+    AppendSample(&out, "vigil_storage_checkpoints_total", stats.checkpoints);
+    AppendFamily(&out, "vigil_storage_corrupt_chunks_total", "counter",
+                 "Chunks that failed to decode: quarantined by retention, "
+                 "or skipped by a query.");
+    AppendSample(&out, "vigil_storage_corrupt_chunks_total{what=\"quarantined\"}",
+                 stats.chunks_quarantined);
+    AppendSample(&out, "vigil_storage_corrupt_chunks_total{what=\"skipped_by_query\"}",
+                 stats.corrupt_chunks_skipped);
     const DetectionCounters d = o.detection->counters();
     AppendFamily(&out, "vigil_detector_frames_total", "counter",
                  "Frames run through detection.");

@@ -1,5 +1,8 @@
 // The HTTP API of vigil-server (cpp-httplib, kept out of this header):
-//   GET /healthz                 liveness, JSON
+//   GET /healthz                 liveness, JSON: "status" ok | degraded
+//                                (the store refuses writes; still 200)
+//   GET /readyz                  readiness: 200 {"ready": true}, or 503
+//                                {"ready": false, "storage": why}
 //   GET /metrics                 Prometheus text exposition
 //   GET /api/v1/series?job=&node=&metric=
 //   GET /api/v1/query?series=ID&from=&to=&step=

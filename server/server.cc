@@ -21,6 +21,7 @@
 #include "server/fleet_view.h"
 #include "server/http_api.h"
 #include "server/ingest_service.h"
+#include "server/store_watch.h"
 #include "storage/rocksdb_store.h"
 
 namespace vigil {
@@ -182,6 +183,15 @@ absl::Status VigilServer::Start() {
   VIGIL_RETURN_IF_ERROR(escalation->Start());
   detection->set_listener(escalation.get());
   VIGIL_RETURN_IF_ERROR(detection->Start());
+  StoreWatchOptions watch_options;
+  watch_options.store = store.get();
+  watch_options.clock = clock_;
+  watch_options.incident_after_seconds = options_.storage_incident_after_seconds;
+  watch_options.publish = [d = detection.get()](IncidentUpdate update) {
+    return d->PublishExternal(std::move(update));
+  };
+  auto store_watch = std::make_unique<StoreWatch>(std::move(watch_options));
+  store_watch->Start();
   std::vector<FrameObserver*> observers = {fleet.get()};
   if (options_.detection_enabled) observers.push_back(detection.get());
   if (observer_ != nullptr) observers.push_back(observer_);
@@ -240,6 +250,7 @@ absl::Status VigilServer::Start() {
   scheduler_ = std::move(scheduler);
   detection_ = std::move(detection);
   escalation_ = std::move(escalation);
+  store_watch_ = std::move(store_watch);
   changes_ = std::move(changes);
   fleet_ = std::move(fleet);
   tee_ = std::move(tee);
@@ -260,6 +271,7 @@ absl::Status VigilServer::Stop() {
   grpc_server_.reset();
   ingest_.reset();
   stream_auth_.reset();
+  store_watch_->Stop();
   detection_->Stop();
   http_->Stop();
   http_.reset();
@@ -267,6 +279,7 @@ absl::Status VigilServer::Stop() {
   tee_.reset();
   fleet_.reset();
   detection_.reset();
+  store_watch_.reset();
   escalation_.reset();
   changes_.reset();
   absl::Status flushed = store_->Flush();

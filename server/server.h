@@ -28,6 +28,7 @@ class EventHub;
 class FleetView;
 class HttpApi;
 class IngestService;
+class StoreWatch;
 class StreamAuthenticator;
 
 // Owns the store (RocksDB in options.data_dir, or memory), the detection
@@ -69,6 +70,9 @@ class VigilServer {
   DetectionService* detection() const { return detection_.get(); }
   // Escalation, or null before Start(); owned by the server.
   EscalationService* escalation() const { return escalation_.get(); }
+  // The store's health watch (readiness, the storage self-incident), or
+  // null before Start(); owned by the server.
+  StoreWatch* store_watch() const { return store_watch_.get(); }
 
  private:
   const ServerOptions options_;
@@ -84,6 +88,7 @@ class VigilServer {
   std::unique_ptr<SchedulerQuery> scheduler_;
   std::unique_ptr<DetectionService> detection_;
   std::unique_ptr<EscalationService> escalation_;
+  std::unique_ptr<StoreWatch> store_watch_;
   // Incident changes for the web UI's live pages.
   std::unique_ptr<EventHub> changes_;
   // Latest node and job state for the web UI.
