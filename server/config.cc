@@ -254,7 +254,11 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
         r.CheckObject(*it, "ingest",
                       {"max_future_skew_seconds", "max_message_mb",
                        "max_series_per_stream", "max_new_series_per_node",
-                       "max_new_series_per_job"})) {
+                       "max_new_series_per_job", "max_streams",
+                       "first_batch_seconds"})) {
+      r.Integer(*it, "ingest", "max_streams", 1, 1'000'000, 1, &o.max_streams);
+      r.Positive(*it, "ingest", "first_batch_seconds", 1, 3600,
+                 &o.first_batch_seconds);
       r.Positive(*it, "ingest", "max_future_skew_seconds", 1, kDay,
                  &o.max_future_skew_seconds);
       r.Integer(*it, "ingest", "max_series_per_stream", 0, 100'000'000, 1,

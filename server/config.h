@@ -191,6 +191,11 @@ struct ServerOptions {
   // dir) before the P1 self-incident "storage_degraded" opens.
   double storage_incident_after_seconds = 30;
 
+  // Ingest streams served at once, and how long a new stream may take to
+  // send its first batch (server/ingest_service.h).
+  int max_streams = 10'000;
+  double first_batch_seconds = 10;
+
   // Frames stamped more than this far ahead of the server clock are refused.
   double max_future_skew_seconds = 300;
   // Largest FrameBatch accepted; larger ones get RESOURCE_EXHAUSTED.

@@ -191,6 +191,25 @@ std::optional<StreamRefusal> StreamAuthenticator::Check(
   return std::nullopt;
 }
 
+std::optional<StreamRefusal> StreamAuthenticator::CheckBeforeHello(
+    const grpc::ServerContext& context) {
+  if (identity_ == NodeIdentity::kCertificate &&
+      Property(context, GRPC_X509_CN_PROPERTY_NAME).empty() &&
+      Property(context, GRPC_PEER_DNS_PROPERTY_NAME).empty())
+    return Refuse(RejectReason::kCertWrongNode,
+                  grpc::StatusCode::PERMISSION_DENIED,
+                  "the client certificate names no node (no CN, no DNS "
+                  "name); the server binds node names to certificates "
+                  "(grpc_tls.node_identity)");
+  if (!options_.enabled()) return std::nullopt;
+  // CheckToken with a node that has no entry: only a known token passes
+  // (as the wildcard's, or as another node's, refused later by Check).
+  std::optional<StreamRefusal> r = CheckToken(context, "");
+  if (r.has_value() && r->reason == RejectReason::kTokenWrongNode)
+    return std::nullopt;
+  return r;
+}
+
 std::optional<StreamRefusal> StreamAuthenticator::CheckCertificate(
     const grpc::ServerContext& context, const std::string& node) const {
   if (identity_ != NodeIdentity::kCertificate) return std::nullopt;
@@ -237,7 +256,8 @@ std::optional<StreamRefusal> StreamAuthenticator::CheckToken(
   if (holder == tokens->node_by_hash.end())
     return Refuse(RejectReason::kUnauthenticated,
                   grpc::StatusCode::UNAUTHENTICATED,
-                  absl::StrCat("node ", node, ": unknown token"));
+                  node.empty() ? std::string("unknown token")
+                               : absl::StrCat("node ", node, ": unknown token"));
   return Refuse(
       RejectReason::kTokenWrongNode, grpc::StatusCode::PERMISSION_DENIED,
       own == tokens->by_node.end()

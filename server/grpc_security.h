@@ -59,6 +59,14 @@ class StreamAuthenticator {
   std::optional<StreamRefusal> Check(const grpc::ServerContext& context,
                                      const std::string& node);
 
+  // What can be checked before the stream's first message is read, so an
+  // unauthenticated peer never holds a stream: nullopt if the stream's
+  // token (metadata) is one of the configured tokens of any node and, with
+  // certificate-bound node names, its client certificate names some node.
+  // The refusals are Check()'s.
+  std::optional<StreamRefusal> CheckBeforeHello(
+      const grpc::ServerContext& context);
+
  private:
   // Token hashes: node (or "*") -> lower-case hex SHA-256, and the set of
   // all of them.

@@ -34,6 +34,8 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kUnauthenticated: return "unauthenticated";
     case RejectReason::kTokenWrongNode: return "token_wrong_node";
     case RejectReason::kCertWrongNode: return "cert_wrong_node";
+    case RejectReason::kNoFirstBatch: return "no_first_batch";
+    case RejectReason::kTooManyStreams: return "too_many_streams";
     case RejectReason::kCount: break;
   }
   return "unknown";

@@ -31,6 +31,8 @@ enum class RejectReason {
   kUnauthenticated,  // node token missing, malformed or unknown
   kTokenWrongNode,   // a valid token of another node
   kCertWrongNode,    // client certificate of another node
+  kNoFirstBatch,     // no first batch within IngestOptions::first_batch_seconds
+  kTooManyStreams,   // IngestOptions::max_streams reached
   kCount,  // not a reason: the number of reasons
 };
 

@@ -1,11 +1,18 @@
 #include "server/ingest_service.h"
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -184,8 +191,72 @@ struct IngestService::StreamState {
   }
 };
 
+// Cancels streams whose first batch is late. One thread for all streams.
+class IngestService::FirstBatchWatchdog {
+ public:
+  explicit FirstBatchWatchdog(double seconds)
+      : timeout_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(seconds))),
+        thread_([this] { Run(); }) {}
+  ~FirstBatchWatchdog() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  // Starts the clock of `context`'s first batch.
+  void Watch(grpc::ServerContext* context) {
+    std::lock_guard<std::mutex> l(mu_);
+    deadlines_[context] = std::chrono::steady_clock::now() + timeout_;
+    wake_.notify_all();
+  }
+  // Stops it; true if the stream was cancelled for being late.
+  bool Done(grpc::ServerContext* context) {
+    std::lock_guard<std::mutex> l(mu_);
+    deadlines_.erase(context);
+    return cancelled_.erase(context) > 0;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stopping_) {
+      auto next = std::chrono::steady_clock::time_point::max();
+      const auto now = std::chrono::steady_clock::now();
+      for (auto it = deadlines_.begin(); it != deadlines_.end();) {
+        if (it->second <= now) {
+          it->first->TryCancel();
+          cancelled_.insert(it->first);
+          deadlines_.erase(it++);
+        } else {
+          next = std::min(next, it->second);
+          ++it;
+        }
+      }
+      if (next == std::chrono::steady_clock::time_point::max()) {
+        wake_.wait(l);
+      } else {
+        wake_.wait_until(l, next);
+      }
+    }
+  }
+
+  const std::chrono::steady_clock::duration timeout_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  absl::flat_hash_map<grpc::ServerContext*,
+                      std::chrono::steady_clock::time_point> deadlines_;
+  absl::flat_hash_set<grpc::ServerContext*> cancelled_;
+  std::thread thread_;
+};
+
 IngestService::IngestService(const IngestOptions& options)
-    : options_(options), budget_(options.series_budget) {}
+    : options_(options),
+      budget_(options.series_budget),
+      watchdog_(std::make_unique<FirstBatchWatchdog>(options.first_batch_seconds)) {}
 
 absl::StatusOr<SeriesId> IngestService::ResolveNew(StreamState& st,
                                                    SeriesKey key,
@@ -262,9 +333,35 @@ void IngestService::Unregister(const StreamState& state) {
 grpc::Status IngestService::Stream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::Ack, v1::FrameBatch>* stream) {
-  v1::FrameBatch batch;
-  if (!stream->Read(&batch)) return grpc::Status::OK;
   IngestMetrics& metrics = *options_.metrics;
+  if (options_.authenticator != nullptr) {
+    if (std::optional<StreamRefusal> r =
+            options_.authenticator->CheckBeforeHello(*context)) {
+      metrics.Reject(r->reason);
+      return r->status;
+    }
+  }
+  struct Slot {
+    std::atomic<int>& streams;
+    ~Slot() { --streams; }
+  } slot{streams_};
+  if (++streams_ > options_.max_streams) {
+    metrics.Reject(RejectReason::kTooManyStreams);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("the server serves at most ",
+                                     options_.max_streams,
+                                     " streams at once; retry later"));
+  }
+  v1::FrameBatch batch;
+  watchdog_->Watch(context);
+  const bool read = stream->Read(&batch);
+  if (watchdog_->Done(context)) {
+    metrics.Reject(RejectReason::kNoFirstBatch);
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        absl::StrCat("no first batch within ",
+                                     options_.first_batch_seconds, " s"));
+  }
+  if (!read) return grpc::Status::OK;
   auto refuse = [&](RejectReason reason, const std::string& what) {
     metrics.Reject(reason);
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -4,6 +4,7 @@
 #ifndef VIGIL_SERVER_INGEST_SERVICE_H_
 #define VIGIL_SERVER_INGEST_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,12 +40,22 @@ struct IngestOptions {
   uint32_t max_series_per_stream = 50'000;
   // New series per node and per job over a window (server/series_budget.h).
   SeriesBudgetOptions series_budget;
+  // Streams served at once (each holds a thread); past it a new stream is
+  // refused with UNAVAILABLE (the agent keeps its spool and retries).
+  int max_streams = 10'000;
+  // A stream whose first batch has not arrived this many seconds (wall
+  // clock) after it opened is cancelled (the peer sees CANCELLED), so idle or
+  // slow peers cannot hold threads. Tokens and certificates are checked
+  // before that read.
+  double first_batch_seconds = 10;
 };
 
 // Serves Ingest.Stream with one thread per stream (sync gRPC API).
 //
-// Per stream: the first batch must carry a Hello, and the stream must pass
-// the authenticator (if any) for its node; the dropped-batch counts in the
+// Per stream: the token and certificate (if required) are checked before
+// anything is read; at most max_streams streams are served at once; the
+// first batch must arrive within first_batch_seconds and carry a Hello,
+// and the stream must pass the authenticator (if any) for its node; the dropped-batch counts in the
 // Hello go to the metrics, and a line is logged when they grew since the
 // node's previous stream. A node has at most one
 // live stream: another agent instance is refused with ALREADY_EXISTS, the
@@ -83,8 +94,12 @@ class IngestService final : public v1::Ingest::Service {
   absl::StatusOr<SeriesId> ResolveNew(StreamState& state, SeriesKey key,
                                       const std::string& job, double now);
 
+  class FirstBatchWatchdog;
+
   const IngestOptions options_;
   SeriesBudget budget_;
+  std::atomic<int> streams_{0};
+  const std::unique_ptr<FirstBatchWatchdog> watchdog_;
   std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<NodeSession>> nodes_
       ABSL_GUARDED_BY(mu_);

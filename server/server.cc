@@ -210,6 +210,8 @@ absl::Status VigilServer::Start() {
   ingest_options.series_budget.per_job = options_.max_new_series_per_job;
   ingest_options.series_budget.window_seconds = options_.raw_retention_seconds;
   ingest_options.raw_retention_seconds = options_.raw_retention_seconds;
+  ingest_options.max_streams = options_.max_streams;
+  ingest_options.first_batch_seconds = options_.first_batch_seconds;
   auto ingest = std::make_unique<IngestService>(ingest_options);
 
   grpc::ServerBuilder builder;

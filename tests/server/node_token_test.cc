@@ -2,10 +2,12 @@
 // changes, over mTLS), and the dropped-batch counts of Hello in /metrics.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "notify/signing.h"
 #include "tests/server/http_client.h"
@@ -43,7 +45,7 @@ TEST(NodeTokenTest, MissingWrongRightAndAnotherNodesToken) {
       {As("n001", ""), grpc::StatusCode::UNAUTHENTICATED,
        "this server requires node tokens"},
       {As("n001", "nope"), grpc::StatusCode::UNAUTHENTICATED,
-       "node n001: unknown token"},
+       "unknown token"},
       {As("n001", "t2"), grpc::StatusCode::PERMISSION_DENIED,
        "node n001: the token is not this node's"},
       {As("n003", "t1"), grpc::StatusCode::PERMISSION_DENIED,
@@ -68,6 +70,86 @@ TEST(NodeTokenTest, MissingWrongRightAndAnotherNodesToken) {
   EXPECT_NE(metrics.body.find(
                 "vigil_ingest_rejected_total{reason=\"token_wrong_node\"} 2"),
             std::string::npos);
+}
+
+// Opens a stream with `token` and sends nothing; returns how the server
+// ended it.
+grpc::Status OpenAndWait(int port, const std::string& token) {
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Ingest::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  auto stream = stub->Stream(&context);
+  v1::Ack ack;
+  EXPECT_FALSE(stream->Read(&ack));
+  return stream->Finish();
+}
+
+// An unknown token is refused before anything is read: the peer never
+// holds the stream's thread waiting for its first message.
+TEST(NodeTokenTest, UnknownTokensAreRefusedBeforeTheFirstMessage) {
+  ServerOptions options = TestOptions();
+  options.node_tokens.sha256 = {{"n001", Hash("t1")}};
+  options.first_batch_seconds = 20;  // longer than the test could wait
+  RealTimeServer t(options);
+  ASSERT_TRUE(t.started.ok()) << t.started;
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(OpenAndWait(t.server.grpc_port(), "nope").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(OpenAndWait(t.server.grpc_port(), "").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_EQ(Rejected(t.server, RejectReason::kUnauthenticated), 2u);
+}
+
+// A stream that never sends its first batch is cancelled after
+// first_batch_seconds; a valid token does not exempt it.
+TEST(NodeTokenTest, AStreamWithoutAFirstBatchIsCancelled) {
+  ServerOptions options = TestOptions();
+  options.node_tokens.sha256 = {{"n001", Hash("t1")}};
+  options.first_batch_seconds = 0.3;
+  RealTimeServer t(options);
+  ASSERT_TRUE(t.started.ok()) << t.started;
+  grpc::Status s = OpenAndWait(t.server.grpc_port(), "t1");
+  // Cancelled by the server: the client sees CANCELLED.
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  EXPECT_EQ(Rejected(t.server, RejectReason::kNoFirstBatch), 1u);
+  // A prompt agent is not affected.
+  EXPECT_TRUE(SendHello(t.server.grpc_port(), grpc::InsecureChannelCredentials(),
+                        As("n001", "t1")).ok());
+}
+
+// Past max_streams a new stream is refused with UNAVAILABLE (the agent
+// keeps its spool and retries), not RESOURCE_EXHAUSTED (which makes an
+// agent drop its batch).
+TEST(NodeTokenTest, StreamsPastTheCapAreRefusedAsUnavailable) {
+  ServerOptions options = TestOptions();
+  options.max_streams = 1;
+  options.first_batch_seconds = 5;
+  RealTimeServer t(options);
+  ASSERT_TRUE(t.started.ok()) << t.started;
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(t.server.grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Ingest::NewStub(channel);
+  grpc::ClientContext holder;
+  auto held = stub->Stream(&holder);  // holds the only slot until cancelled
+  absl::SleepFor(absl::Milliseconds(200));
+  grpc::Status s = SendHello(t.server.grpc_port(), grpc::InsecureChannelCredentials(),
+                             As("n002", ""));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_EQ(Rejected(t.server, RejectReason::kTooManyStreams), 1u);
+  holder.TryCancel();
+  (void)held->Finish();
+  // The slot is free again once the first stream ended.
+  bool ok = false;
+  for (int i = 0; i < 50 && !ok; ++i) {
+    ok = SendHello(t.server.grpc_port(), grpc::InsecureChannelCredentials(),
+                   As("n002", "")).ok();
+    if (!ok) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(ok);
 }
 
 TEST(NodeTokenTest, FleetTokenServesNodesWithoutTheirOwn) {
