@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -117,7 +118,20 @@ absl::StatusOr<std::unique_ptr<FrameLogWriter>> FrameLogWriter::Create(
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
                         0644);
   if (fd < 0) return Errno("cannot create frame log", path);
-  return std::unique_ptr<FrameLogWriter>(new FrameLogWriter(fd, path));
+  auto writer = std::unique_ptr<FrameLogWriter>(new FrameLogWriter(fd, path));
+  // The new name must be durable before records in the file are relied on:
+  // without this, a power loss can drop the whole segment.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(),
+                            O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return Errno("cannot open the frame log's directory", dir);
+  const int sync_errno = ::fsync(dir_fd) == 0 ? 0 : errno;
+  ::close(dir_fd);
+  if (sync_errno != 0) {
+    errno = sync_errno;
+    return Errno("cannot sync the frame log's directory", dir);
+  }
+  return writer;
 }
 
 FrameLogWriter::~FrameLogWriter() { ::close(fd_); }

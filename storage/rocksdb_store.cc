@@ -188,6 +188,37 @@ std::string U64Value(uint64_t v) {
   return s;
 }
 
+// `frames` without the samples of ids >= `series` (the index does not know
+// them), copied into the scratch vectors; `skipped` counts what was left
+// out. `frames` itself when every id is known or the columns are malformed
+// (for ValidateFrames to report).
+std::span<const FrameColumns> KnownSeriesOnly(
+    std::span<const FrameColumns> frames, size_t series,
+    std::vector<FrameColumns>* out, std::vector<std::vector<SeriesId>>* ids,
+    std::vector<std::vector<double>>* values, uint64_t* skipped) {
+  bool all_known = true;
+  for (const FrameColumns& f : frames) {
+    if (f.ids.size() != f.values.size()) return frames;
+    for (SeriesId id : f.ids) all_known = all_known && id < series;
+  }
+  if (all_known) return frames;
+  out->clear();
+  ids->assign(frames.size(), {});
+  values->assign(frames.size(), {});
+  for (size_t i = 0; i < frames.size(); ++i) {
+    for (size_t j = 0; j < frames[i].ids.size(); ++j) {
+      if (frames[i].ids[j] >= series) {
+        ++*skipped;
+        continue;
+      }
+      (*ids)[i].push_back(frames[i].ids[j]);
+      (*values)[i].push_back(frames[i].values[j]);
+    }
+    out->push_back(FrameColumns{frames[i].ts, (*ids)[i], (*values)[i]});
+  }
+  return *out;
+}
+
 // One series' in-memory state: its cursor and its open block.
 struct Block {
   SeriesCursor cursor;
@@ -325,6 +356,7 @@ class RocksDbStore : public SeriesStore {
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t chunks_flushed_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t torn_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t unknown_replayed_ ABSL_GUARDED_BY(mu_) = 0;
   double next_retention_ ABSL_GUARDED_BY(mu_);
   // Raw days up to this one are being rolled up; closing a block into one
   // of them bumps late_writes_ so the roll-up retries.
@@ -488,6 +520,9 @@ absl::Status RocksDbStore::ReplayLog() {
       log_number_ = std::max(log_number_, n);
     }
   }
+  std::vector<FrameColumns> kept_frames;
+  std::vector<std::vector<SeriesId>> kept_ids;
+  std::vector<std::vector<double>> kept_values;
   for (size_t i = 0; i < replay.size(); ++i) {
     const std::string path = FrameLogSegmentPath(options_.data_dir, replay[i]);
     const bool last = i + 1 == replay.size();
@@ -498,12 +533,19 @@ absl::Status RocksDbStore::ReplayLog() {
             path, last,
             [&](std::span<const FrameColumns> frames)
                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
-                  if (auto s = ValidateFrames(frames, keys_.size()); !s.ok())
+                  // Ids the index lost (it and the log are synced apart,
+                  // so a power loss can keep a record whose new series
+                  // did not survive) are skipped and counted.
+                  const std::span<const FrameColumns> known =
+                      KnownSeriesOnly(frames, keys_.size(), &kept_frames,
+                                      &kept_ids, &kept_values,
+                                      &unknown_replayed_);
+                  if (auto s = ValidateFrames(known, keys_.size()); !s.ok())
                     return absl::DataLossError(
                         absl::StrCat("frame log ", path, ": ", s.message()));
                   AppendResult ignored;
                   rocksdb::WriteBatch batch;
-                  ApplyFrames(frames, &ignored, &batch);
+                  ApplyFrames(known, &ignored, &batch);
                   return WriteLocked(&batch);
                 }));
     if (r.torn_bytes > 0 && !last)
@@ -1209,6 +1251,7 @@ StoreStats RocksDbStore::Stats() const {
     stats.chunks_flushed = chunks_flushed_;
     stats.frame_log_bytes = log_ != nullptr ? log_->size() : 0;
     stats.frame_log_torn_bytes = torn_bytes_;
+    stats.frame_log_unknown_samples = unknown_replayed_;
   }
   uint64_t sst = 0;
   for (rocksdb::ColumnFamilyHandle* h : handles_) {

@@ -89,6 +89,9 @@ struct StoreStats {
   uint64_t frame_log_bytes = 0;   // gauge
   // Bytes of a torn frame log tail cut off when the store was opened.
   uint64_t frame_log_torn_bytes = 0;
+  // Samples of the frame log replayed at open whose series the index had
+  // lost (they are synced apart; a power loss can keep one, not the other).
+  uint64_t frame_log_unknown_samples = 0;
   // Failed writes to the frame log or the database (disk full, read-only
   // data dir, I/O errors), and returns to health after one.
   uint64_t write_errors = 0;
