@@ -30,6 +30,9 @@ constexpr double kDefaultRangeSeconds = 3600;
 // Incidents listed when no limit is given, and the most one list may hold.
 constexpr size_t kDefaultIncidents = 100;
 constexpr size_t kMaxIncidents = 10'000;
+// Series per page of /api/v1/series: by default, and at most.
+constexpr size_t kDefaultSeriesPage = 10'000;
+constexpr size_t kMaxSeriesPage = 100'000;
 // Evidence entries kept per incident in a list (the detail has them all).
 constexpr size_t kListEvidence = 5;
 
@@ -455,11 +458,30 @@ void HttpApi::InstallHandlers() {
     filter.job = req.get_param_value("job");
     filter.node = req.get_param_value("node");
     filter.metric = req.get_param_value("metric");
-    Json list = Json::array();
-    for (const SeriesInfo& info : o.store->ListSeries(filter)) {
-      list.push_back(SeriesJson(info.id, info.key));
+    size_t limit = kDefaultSeriesPage;
+    if (req.has_param("limit")) {
+      const std::string text = req.get_param_value("limit");
+      if (!absl::SimpleAtoi(text, &limit) || limit < 1 || limit > kMaxSeriesPage)
+        return ReplyError(res, 400, absl::StrCat("parameter 'limit': '", text,
+                                                 "' is not an integer in [1, ",
+                                                 kMaxSeriesPage, "]"));
     }
-    Reply(res, 200, Json{{"series", std::move(list)}});
+    if (req.has_param("start")) {
+      const std::string text = req.get_param_value("start");
+      if (!absl::SimpleAtoi(text, &filter.start))
+        return ReplyError(res, 400, absl::StrCat("parameter 'start': '", text,
+                                                 "' is not a series id"));
+    }
+    filter.limit = limit + 1;  // one more says whether a next page exists
+    std::vector<SeriesInfo> page = o.store->ListSeries(filter);
+    Json next = nullptr;
+    if (page.size() > limit) {
+      next = page[limit].id;
+      page.resize(limit);
+    }
+    Json list = Json::array();
+    for (const SeriesInfo& info : page) list.push_back(SeriesJson(info.id, info.key));
+    Reply(res, 200, Json{{"series", std::move(list)}, {"next_start", std::move(next)}});
   });
 
   server_->Get("/api/v1/incidents", [&o](const httplib::Request& req,

@@ -24,6 +24,7 @@ struct MemorySeries {
   std::vector<int64_t> ts_ms;
   std::vector<double> values;
   std::vector<RollupPoint> rollups;  // sorted by minute, older than raw
+  bool expired = false;  // left the index (EnforceRetention)
 };
 
 class MemoryStore : public SeriesStore {
@@ -38,7 +39,7 @@ class MemoryStore : public SeriesStore {
     absl::MutexLock l(&mu_);
     auto it = ids_.find(normal);
     if (it != ids_.end()) return it->second;
-    if (series_.size() >= options_.max_series)
+    if (series_.size() - expired_ >= options_.max_series)
       return absl::ResourceExhaustedError(
           absl::StrCat("series limit ", options_.max_series, " reached"));
     const SeriesId id = static_cast<SeriesId>(series_.size());
@@ -58,7 +59,7 @@ class MemoryStore : public SeriesStore {
 
   absl::StatusOr<SeriesKey> Key(SeriesId id) const override {
     absl::MutexLock l(&mu_);
-    if (id >= series_.size())
+    if (id >= series_.size() || series_[id].expired)
       return absl::NotFoundError(absl::StrCat("unknown series id ", id));
     return series_[id].key;
   }
@@ -66,13 +67,11 @@ class MemoryStore : public SeriesStore {
   std::vector<SeriesInfo> ListSeries(const SeriesFilter& filter) const override {
     absl::MutexLock l(&mu_);
     std::vector<SeriesInfo> out;
-    for (SeriesId id = 0; id < series_.size(); ++id) {
-      const SeriesKey& key = series_[id].key;
-      if (!filter.metric.empty() && key.metric != filter.metric) continue;
-      if (!filter.job.empty() && key.LabelValue("job") != filter.job) continue;
-      if (!filter.node.empty() && key.LabelValue("node") != filter.node)
-        continue;
-      out.push_back(SeriesInfo{.id = id, .key = key});
+    for (SeriesId id = filter.start; id < series_.size() && out.size() < filter.limit;
+         ++id) {
+      const MemorySeries& s = series_[id];
+      if (!s.expired && MatchesFilter(s.key, filter))
+        out.push_back(SeriesInfo{.id = id, .key = s.key});
     }
     return out;
   }
@@ -84,6 +83,13 @@ class MemoryStore : public SeriesStore {
     {
       absl::MutexLock l(&mu_);
       if (auto s = ValidateFrames(frames, series_.size()); !s.ok()) return s;
+      if (expired_ > 0) {
+        for (const FrameColumns& frame : frames) {
+          for (SeriesId id : frame.ids) {
+            if (series_[id].expired) return ExpiredSeriesError(id);
+          }
+        }
+      }
       for (const FrameColumns& frame : frames) {
         const int64_t ts_ms = TsToMillis(frame.ts);
         for (size_t i = 0; i < frame.ids.size(); ++i) {
@@ -111,7 +117,7 @@ class MemoryStore : public SeriesStore {
   absl::StatusOr<std::vector<Sample>> Query(SeriesId id, double from,
                                             double to) const override {
     absl::MutexLock l(&mu_);
-    if (id >= series_.size())
+    if (id >= series_.size() || series_[id].expired)
       return absl::NotFoundError(absl::StrCat("unknown series id ", id));
     const MemorySeries& s = series_[id];
     const int64_t from_ms = TsToMillis(from);
@@ -130,7 +136,7 @@ class MemoryStore : public SeriesStore {
       SeriesId id, double from, double to, double step) const override {
     if (auto s = ValidateStep(step); !s.ok()) return s;
     absl::MutexLock l(&mu_);
-    if (id >= series_.size())
+    if (id >= series_.size() || series_[id].expired)
       return absl::NotFoundError(absl::StrCat("unknown series id ", id));
     const MemorySeries& s = series_[id];
     AggregateBuilder builder(from, to, step);
@@ -209,6 +215,13 @@ class MemoryStore : public SeriesStore {
                                  return p.minute_ms >= rollup_cutoff;
                                });
       s.rollups.erase(s.rollups.begin(), keep);
+      if (!s.expired && s.cursor.has_last && s.ts_ms.empty() && s.rollups.empty() &&
+          s.cursor.last_ms < std::min(raw_cutoff, rollup_cutoff)) {
+        ids_.erase(s.key);
+        s.key = SeriesKey{};
+        s.expired = true;
+        ++expired_;
+      }
     }
     return absl::OkStatus();
   }
@@ -217,7 +230,8 @@ class MemoryStore : public SeriesStore {
 
   StoreStats Stats() const override {
     absl::MutexLock l(&mu_);
-    return StoreStats{.series = series_.size(),
+    return StoreStats{.series = series_.size() - expired_,
+                      .series_expired = expired_,
                       .samples_appended = appended_,
                       .samples_dropped = dropped_};
   }
@@ -232,6 +246,7 @@ class MemoryStore : public SeriesStore {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t expired_ ABSL_GUARDED_BY(mu_) = 0;
   double next_retention_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -4,7 +4,8 @@
 // timestamps biased so that they sort as signed numbers):
 //   raw     day(u32) id(u32) block_start_ms(u64) -> chunk (chunk_codec.h)
 //   rollup  day(u32) id(u32)                      -> rollup chunk, that day
-//   index   'i' id(u32)                           -> EncodeSeriesKey(key)
+//   index   'i' id(u32)                           -> EncodeSeriesKey(key), or
+//                                                    "" once expired
 //   events  len(u16) stream ts_ms(u64) seq(u64)   -> ts(f64 bits) payload
 //   open    id(u32)                 -> last sample of the last closed block
 //           id(u32) piece_start_ms(u64)           -> chunk: part of an
@@ -227,6 +228,7 @@ struct Block {
   std::vector<double> values;
   uint32_t checkpointed = 0;      // samples [0, checkpointed) are in pieces
   std::vector<int64_t> pieces;    // start of each piece in the open family
+  bool expired = false;           // left the index (all data expired)
 };
 
 // Materializes timestamps [begin, end) of `block`.
@@ -328,6 +330,9 @@ class RocksDbStore : public SeriesStore {
                                             int64_t to_ms,
                                             std::vector<int64_t>* ts,
                                             std::vector<double>* values) const;
+  // Removes from the index the series whose last sample is in `last_day`
+  // or before and that hold no open block (all their data expired).
+  absl::Status ExpireSeries(int64_t last_day) ABSL_LOCKS_EXCLUDED(mu_);
   // Turns raw day `day` into rollups; false if a late write forced a retry.
   absl::StatusOr<bool> RollUpDay(int64_t day);
   rocksdb::ColumnFamilyHandle* cf(Cf c) const { return handles_[c]; }
@@ -336,6 +341,13 @@ class RocksDbStore : public SeriesStore {
   const int64_t block_ms_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+
+  // The series index; Append never takes it, so listing series does not
+  // hold up ingest. Acquired after mu_ when both are needed.
+  mutable absl::Mutex index_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<SeriesKey> keys_ ABSL_GUARDED_BY(index_mu_);  // empty: expired
+  absl::flat_hash_map<SeriesKey, SeriesId> ids_ ABSL_GUARDED_BY(index_mu_);
+  uint64_t expired_ ABSL_GUARDED_BY(index_mu_) = 0;
 
   mutable absl::Mutex mu_;
   // Batches the database refused, oldest first; appends are refused with
@@ -346,9 +358,8 @@ class RocksDbStore : public SeriesStore {
   // by recovery when the segment broke).
   absl::Status log_error_ ABSL_GUARDED_BY(mu_);
   uint64_t checkpoints_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<SeriesKey> keys_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<SeriesKey, SeriesId> ids_ ABSL_GUARDED_BY(mu_);
-  std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);  // by id, like keys_
+  uint64_t expired_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<SeriesId> dirty_ ABSL_GUARDED_BY(mu_);  // may repeat ids
   std::unique_ptr<FrameLogWriter> log_ ABSL_GUARDED_BY(mu_);
   uint64_t log_number_ ABSL_GUARDED_BY(mu_) = 0;
@@ -437,6 +448,7 @@ absl::StatusOr<uint64_t> RocksDbStore::ReadU64(const std::string& key,
 }
 
 absl::Status RocksDbStore::LoadIndex() {
+  absl::MutexLock index(&index_mu_);
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions(), cf(kIndex)));
   for (it->Seek("i"); it->Valid() && it->key().starts_with("i"); it->Next()) {
@@ -444,14 +456,20 @@ absl::Status RocksDbStore::LoadIndex() {
     if (k.size() != 5 || GetBE(k.data() + 1, 4) != keys_.size())
       return absl::DataLossError(
           absl::StrCat("series index: missing or bad id near ", keys_.size()));
+    if (it->value().empty()) {  // expired
+      keys_.emplace_back();
+      blocks_.emplace_back().expired = true;
+      ++expired_;
+      ++expired_blocks_;
+      continue;
+    }
     VIGIL_ASSIGN_OR_RETURN(SeriesKey key,
                            DecodeSeriesKey(it->value().ToStringView()));
     ids_.emplace(key, static_cast<SeriesId>(keys_.size()));
     keys_.push_back(std::move(key));
+    blocks_.emplace_back();
   }
-  VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read series index"));
-  blocks_.resize(keys_.size());
-  return absl::OkStatus();
+  return FromRocks(it->status(), "cannot read series index");
 }
 
 absl::Status RocksDbStore::LoadOpenBlocks() {
@@ -537,10 +555,10 @@ absl::Status RocksDbStore::ReplayLog() {
                   // so a power loss can keep a record whose new series
                   // did not survive) are skipped and counted.
                   const std::span<const FrameColumns> known =
-                      KnownSeriesOnly(frames, keys_.size(), &kept_frames,
+                      KnownSeriesOnly(frames, blocks_.size(), &kept_frames,
                                       &kept_ids, &kept_values,
                                       &unknown_replayed_);
-                  if (auto s = ValidateFrames(known, keys_.size()); !s.ok())
+                  if (auto s = ValidateFrames(known, blocks_.size()); !s.ok())
                     return absl::DataLossError(
                         absl::StrCat("frame log ", path, ": ", s.message()));
                   AppendResult ignored;
@@ -674,7 +692,7 @@ absl::Status RocksDbStore::Checkpoint() {
 absl::StatusOr<SeriesId> RocksDbStore::Find(const SeriesKey& key) const {
   SeriesKey normal = key;
   VIGIL_RETURN_IF_ERROR(NormalizeSeriesKey(&normal));
-  absl::MutexLock l(&mu_);
+  absl::MutexLock l(&index_mu_);
   auto it = ids_.find(normal);
   if (it == ids_.end()) return absl::NotFoundError("no such series");
   return it->second;
@@ -683,12 +701,20 @@ absl::StatusOr<SeriesId> RocksDbStore::Find(const SeriesKey& key) const {
 absl::StatusOr<SeriesId> RocksDbStore::Resolve(const SeriesKey& key) {
   SeriesKey normal = key;
   VIGIL_RETURN_IF_ERROR(NormalizeSeriesKey(&normal));
+  {
+    absl::MutexLock index(&index_mu_);
+    auto it = ids_.find(normal);
+    if (it != ids_.end()) return it->second;
+  }
   absl::MutexLock l(&mu_);
+  absl::MutexLock index(&index_mu_);
   auto it = ids_.find(normal);
-  if (it != ids_.end()) return it->second;
-  if (keys_.size() >= options_.store.max_series)
+  if (it != ids_.end()) return it->second;  // created meanwhile
+  if (keys_.size() - expired_ >= options_.store.max_series)
     return absl::ResourceExhaustedError(
         absl::StrCat("series limit ", options_.store.max_series, " reached"));
+  if (keys_.size() >= std::numeric_limits<SeriesId>::max())
+    return absl::ResourceExhaustedError("series ids exhausted");
   const SeriesId id = static_cast<SeriesId>(keys_.size());
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
@@ -706,22 +732,21 @@ absl::StatusOr<SeriesId> RocksDbStore::Resolve(const SeriesKey& key) {
 }
 
 absl::StatusOr<SeriesKey> RocksDbStore::Key(SeriesId id) const {
-  absl::MutexLock l(&mu_);
-  if (id >= keys_.size())
+  absl::MutexLock l(&index_mu_);
+  if (id >= keys_.size() || keys_[id].metric.empty())
     return absl::NotFoundError(absl::StrCat("unknown series id ", id));
   return keys_[id];
 }
 
 std::vector<SeriesInfo> RocksDbStore::ListSeries(
     const SeriesFilter& filter) const {
-  absl::MutexLock l(&mu_);
+  absl::MutexLock l(&index_mu_);
   std::vector<SeriesInfo> out;
-  for (SeriesId id = 0; id < keys_.size(); ++id) {
+  for (SeriesId id = filter.start; id < keys_.size() && out.size() < filter.limit;
+       ++id) {
     const SeriesKey& key = keys_[id];
-    if (!filter.metric.empty() && key.metric != filter.metric) continue;
-    if (!filter.job.empty() && key.LabelValue("job") != filter.job) continue;
-    if (!filter.node.empty() && key.LabelValue("node") != filter.node) continue;
-    out.push_back(SeriesInfo{.id = id, .key = key});
+    if (!key.metric.empty() && MatchesFilter(key, filter))
+      out.push_back(SeriesInfo{.id = id, .key = key});
   }
   return out;
 }
@@ -734,7 +759,14 @@ absl::Status RocksDbStore::Append(std::span<const FrameColumns> frames,
   {
     absl::MutexLock l(&mu_);
     VIGIL_RETURN_IF_ERROR(refusal_);
-    VIGIL_RETURN_IF_ERROR(ValidateFrames(frames, keys_.size()));
+    VIGIL_RETURN_IF_ERROR(ValidateFrames(frames, blocks_.size()));
+    if (expired_blocks_ > 0) {
+      for (const FrameColumns& frame : frames) {
+        for (SeriesId id : frame.ids) {
+          if (blocks_[id].expired) return ExpiredSeriesError(id);
+        }
+      }
+    }
     status = log_->Append(frames, options_.sync_frame_log);
     if (!status.ok()) {
       ++write_errors_;
@@ -765,7 +797,7 @@ absl::StatusOr<int64_t> RocksDbStore::SnapshotOpenBlock(
     SeriesId id, int64_t from_ms, int64_t to_ms, std::vector<int64_t>* ts,
     std::vector<double>* values) const {
   absl::MutexLock l(&mu_);
-  if (id >= blocks_.size())
+  if (id >= blocks_.size() || blocks_[id].expired)
     return absl::NotFoundError(absl::StrCat("unknown series id ", id));
   const Block& b = blocks_[id];
   if (b.offsets.empty()) return std::numeric_limits<int64_t>::max();
@@ -1130,6 +1162,37 @@ absl::Status RocksDbStore::EnforceRetention() {
         db_->CompactRange(rocksdb::CompactRangeOptions(), cf(kRollup), nullptr, &end_slice),
         "cannot compact rollups"));
   }
+  return ExpireSeries(std::min(raw_last, rollup_last));
+}
+
+absl::Status RocksDbStore::ExpireSeries(int64_t last_day) {
+  absl::MutexLock l(&mu_);
+  VIGIL_RETURN_IF_ERROR(refusal_);
+  std::vector<SeriesId> expired;
+  for (SeriesId id = 0; id < blocks_.size(); ++id) {
+    const Block& b = blocks_[id];
+    if (!b.expired && b.cursor.has_last && b.offsets.empty() &&
+        DayOf(b.cursor.last_ms) <= last_day)
+      expired.push_back(id);
+  }
+  if (expired.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch batch;
+  for (SeriesId id : expired) {
+    (void)batch.Put(cf(kIndex), IndexKey(id), "");
+    (void)batch.Delete(cf(kOpen), CursorKey(id));
+  }
+  rocksdb::WriteOptions write;
+  write.sync = options_.sync_frame_log;
+  VIGIL_RETURN_IF_ERROR(
+      FromRocksWrite(db_->Write(write, &batch), "cannot expire series"));
+  absl::MutexLock index(&index_mu_);
+  for (SeriesId id : expired) {
+    blocks_[id] = Block{.expired = true};
+    ids_.erase(keys_[id]);
+    keys_[id] = SeriesKey{};
+  }
+  expired_blocks_ += expired.size();
+  expired_ += expired.size();
   return absl::OkStatus();
 }
 
@@ -1245,7 +1308,9 @@ StoreStats RocksDbStore::Stats() const {
   {
     absl::MutexLock l(&mu_);
     stats.checkpoints = checkpoints_;
-    stats.series = keys_.size();
+    absl::MutexLock index(&index_mu_);
+    stats.series = keys_.size() - expired_;
+    stats.series_expired = expired_;
     stats.samples_appended = appended_;
     stats.samples_dropped = dropped_;
     stats.chunks_flushed = chunks_flushed_;

@@ -65,6 +65,9 @@ struct SeriesFilter {
   std::string job;
   std::string node;
   std::string metric;
+  // A page: only ids >= start, at most `limit` of them.
+  SeriesId start = 0;
+  size_t limit = SIZE_MAX;
 };
 
 struct SeriesInfo {
@@ -81,7 +84,9 @@ struct RetentionOptions {
 
 // Counters for /metrics. Monotonic unless noted.
 struct StoreStats {
-  uint64_t series = 0;            // gauge
+  uint64_t series = 0;            // gauge: live series
+  // Series removed from the index because all their data expired.
+  uint64_t series_expired = 0;
   uint64_t samples_appended = 0;
   uint64_t samples_dropped = 0;   // duplicates + out of order
   uint64_t chunks_flushed = 0;
@@ -132,14 +137,17 @@ class SeriesStore {
   // The key of `id`, or kNotFound.
   virtual absl::StatusOr<SeriesKey> Key(SeriesId id) const = 0;
 
-  // Series whose labels match `filter`, ordered by id.
+  // Series whose labels match `filter`, ordered by id. Never holds up
+  // Append() while it scans.
   virtual std::vector<SeriesInfo> ListSeries(const SeriesFilter& filter) const = 0;
 
   // Appends frames atomically with respect to durability: when OK is
   // returned every accepted sample is in the frame log. Samples at or before
   // their series' last timestamp are dropped and counted in `result` (the
   // call still succeeds). kInvalidArgument, with nothing applied, if an id is
-  // unknown, columns differ in length, or a ts is not finite.
+  // unknown, columns differ in length, or a ts is not finite;
+  // kFailedPrecondition, with nothing applied, if an id has expired (see
+  // EnforceRetention: resolve the key again for a new id).
   virtual absl::Status Append(std::span<const FrameColumns> frames,
                               AppendResult* result) = 0;
 
@@ -178,6 +186,10 @@ class SeriesStore {
   // store's clock. Also run periodically by the store itself (the RocksDB
   // store does it on its own maintenance thread, never in Append). A chunk
   // that cannot be decoded is quarantined and counted, never an error.
+  // A series whose data has all expired (its last sample is past both
+  // retentions) leaves the index: Key, Find, Query and ListSeries no longer
+  // know its id, which is never given out again, and Resolve of its key
+  // makes a new series.
   virtual absl::Status EnforceRetention() = 0;
 
   // OK while the store accepts appends. Otherwise kUnavailable saying why

@@ -199,4 +199,16 @@ absl::Status ValidateStep(double step) {
   return absl::OkStatus();
 }
 
+absl::Status ExpiredSeriesError(SeriesId id) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "series id ", id,
+      " has expired (all its data is past retention); resolve its key again"));
+}
+
+bool MatchesFilter(const SeriesKey& key, const SeriesFilter& filter) {
+  return (filter.metric.empty() || key.metric == filter.metric) &&
+         (filter.job.empty() || key.LabelValue("job") == filter.job) &&
+         (filter.node.empty() || key.LabelValue("node") == filter.node);
+}
+
 }  // namespace vigil

@@ -93,6 +93,12 @@ class AggregateBuilder {
 // kInvalidArgument unless step is finite and > 0.
 absl::Status ValidateStep(double step);
 
+// Append's refusal of a series that left the index (kFailedPrecondition).
+absl::Status ExpiredSeriesError(SeriesId id);
+
+// Whether `key` matches the label fields of `filter` (not its page).
+bool MatchesFilter(const SeriesKey& key, const SeriesFilter& filter);
+
 }  // namespace vigil
 
 #endif  // VIGIL_STORAGE_STORE_UTIL_H_

@@ -122,7 +122,24 @@ TEST_F(HttpApiTest, ListsSeriesWithLabels) {
   EXPECT_EQ(body["series"][0]["labels"],
             (Json{{"gpu", "0"}, {"job", "llm"}, {"node", "n1"}}));
   EXPECT_EQ(GetJson("/api/v1/series?job=llm")["series"].size(), 2u);
+  EXPECT_EQ(GetJson("/api/v1/series?job=llm")["next_start"], nullptr);
   EXPECT_EQ(GetJson("/api/v1/series?node=n2")["series"].size(), 0u);
+}
+
+// Pages: `limit` series from id `start`; `next_start` says where the next
+// page begins (null on the last).
+TEST_F(HttpApiTest, SeriesListsArePaginated) {
+  Json first = GetJson("/api/v1/series?job=llm&limit=1");
+  ASSERT_EQ(first["series"].size(), 1u) << first;
+  ASSERT_TRUE(first["next_start"].is_number()) << first;
+  Json second = GetJson("/api/v1/series?job=llm&limit=1&start=" +
+                        first["next_start"].dump());
+  ASSERT_EQ(second["series"].size(), 1u) << second;
+  EXPECT_NE(second["series"][0]["id"], first["series"][0]["id"]);
+  EXPECT_EQ(second["next_start"], nullptr);
+  EXPECT_EQ(HttpGet(port(), "/api/v1/series?limit=0").status, 400);
+  EXPECT_EQ(HttpGet(port(), "/api/v1/series?limit=100001").status, 400);
+  EXPECT_EQ(HttpGet(port(), "/api/v1/series?start=-1").status, 400);
 }
 
 TEST_F(HttpApiTest, RawQueryReturnsSamplesWithNonFiniteAsStrings) {

@@ -93,10 +93,16 @@ TEST_P(StoreHistoryTest, RetentionKeepsRollupsThenDropsThem) {
   ExpectSameBuckets(MustAggregate(a, kT0, kT0 + kDay, 60), minutes_a);
 
   // Past rollup retention: everything old is gone, recent data stays.
-  clock_.Advance(184 * kDay);
+  clock_.Advance(100 * kDay);
+  ASSERT_TRUE(store_->EnforceRetention().ok());
+  clock_.Advance(84 * kDay);
+  AppendFrame(store_.get(), clock_.Now(), {a}, {2});
   ASSERT_TRUE(store_->EnforceRetention().ok());
   EXPECT_TRUE(MustAggregate(a, kT0, kT0 + kDay, 60).empty());
-  EXPECT_TRUE(MustAggregate(b, kT0, kT0 + kDay, 60).empty());
+  EXPECT_EQ(MustAggregate(a, kT0, clock_.Now() + 1, 60).size(), 1u);  // the newest
+  // b has nothing left at all: it left the index.
+  EXPECT_EQ(store_->QueryAggregate(b, kT0, kT0 + kDay, 60).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 // The store enforces retention by itself (the RocksDB store on its
@@ -115,6 +121,44 @@ TEST_P(StoreHistoryTest, StoreEnforcesRetentionPeriodically) {
   ASSERT_EQ(old.size(), 1u);
   EXPECT_EQ(old[0].count, 100u);
   EXPECT_EQ(old[0].sum, 4950);
+}
+
+// A series whose data has all expired leaves the index: its id is never
+// given out again, appends naming it are refused (resolve the key again),
+// and a series still reporting is untouched.
+TEST_P(StoreHistoryTest, SeriesWhoseDataExpiredLeaveTheIndex) {
+  const SeriesId old = MustResolve(Key("old")), live = MustResolve(Key("live"));
+  for (int i = 0; i < 40; ++i) AppendFrame(store_.get(), kT0 + i, {old, live}, {1, 2});
+  clock_.Advance(200 * kDay);
+  AppendFrame(store_.get(), clock_.Now(), {live}, {3});
+  ASSERT_TRUE(store_->EnforceRetention().ok());
+
+  EXPECT_EQ(store_->Key(old).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Find(Key("old")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Query(old, 0, 1e10).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(store_->ListSeries({}).size(), 1u);
+  EXPECT_EQ(store_->ListSeries({})[0].id, live);
+  EXPECT_EQ(store_->Stats().series, 1u);
+  EXPECT_EQ(store_->Stats().series_expired, 1u);
+  std::vector<SeriesId> ids = {old};
+  std::vector<double> values = {4};
+  FrameColumns frame{.ts = clock_.Now() + 1, .ids = ids, .values = values};
+  EXPECT_EQ(store_->Append({&frame, 1}, nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MustQuery(live, 0, 1e10).size(), 1u);  // nothing applied
+
+  const SeriesId again = MustResolve(Key("old"));
+  EXPECT_NE(again, old);
+  EXPECT_NE(again, live);
+  AppendFrame(store_.get(), clock_.Now() + 1, {again, live}, {5, 6});
+  EXPECT_EQ(MustQuery(again, 0, 1e10), (std::vector<Sample>{{clock_.Now() + 1, 5}}));
+
+  if (GetParam() == Backend::kMemory) return;
+  Open();  // the expiry is durable
+  EXPECT_EQ(store_->Key(old).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Stats().series, 2u);
+  EXPECT_EQ(MustResolve(Key("old")), again);
+  EXPECT_EQ(MustQuery(again, 0, 1e10).size(), 1u);
 }
 
 TEST_P(StoreHistoryTest, EventsByStreamAndTime) {

@@ -91,6 +91,11 @@ TEST_P(StoreSeriesTest, ListSeriesFilters) {
             (std::vector<SeriesId>{1}));
   EXPECT_TRUE(ids(filter("", "", "nope")).empty());
   EXPECT_EQ(store_->ListSeries(filter("", "n2", ""))[0].key, Key("power", "n2", "j1"));
+  // Pages: ids from `start`, at most `limit`.
+  EXPECT_EQ(ids({.start = 1}), (std::vector<SeriesId>{1, 2}));
+  EXPECT_EQ(ids({.limit = 2}), (std::vector<SeriesId>{0, 1}));
+  EXPECT_EQ(ids({.node = "n1", .start = 1, .limit = 5}), (std::vector<SeriesId>{2}));
+  EXPECT_TRUE(ids({.start = 3}).empty());
 }
 
 TEST_P(StoreSeriesTest, AppendAndQueryAcrossBlocks) {
