@@ -99,6 +99,112 @@ Json StatusJson(const absl::Status& s) {
   return s.ok() ? Json("ok") : Json(std::string(s.ToString()));
 }
 
+// `notice` as stored in an outbox item's payload: everything a renderer
+// needs besides the receiver's configuration, no credentials.
+Json NoticeToJson(const Notice& notice) {
+  Json recipients = Json::array();
+  for (const Recipient& r : notice.recipients)
+    recipients.push_back(
+        {{"name", r.name}, {"phone", r.phone}, {"email", r.email}, {"im", r.im}});
+  Json j = {{"key", notice.key},
+            {"event", notice.event},
+            {"incident_id", notice.incident_id},
+            {"severity", notice.severity},
+            {"kind", notice.kind},
+            {"job", notice.job},
+            {"node", notice.node},
+            {"summary", notice.summary},
+            {"hint", notice.hint},
+            {"state", notice.state},
+            {"incident_ts", notice.incident_ts},
+            {"url", notice.url},
+            {"recipients", recipients},
+            {"acknowledged_by", notice.acknowledged_by},
+            {"report", notice.report}};
+  if (notice.gpu) j["gpu"] = *notice.gpu;
+  return j;
+}
+
+// The notice NoticeToJson stored; kInvalidArgument if `j` is not one.
+absl::StatusOr<Notice> NoticeFromJson(const Json& j) {
+  if (!j.is_object()) return absl::InvalidArgumentError("notice: not an object");
+  Notice n;
+  n.key = StringAt(j, "key", "");
+  n.event = StringAt(j, "event", "");
+  n.incident_id = StringAt(j, "incident_id", "");
+  n.severity = StringAt(j, "severity", "");
+  n.kind = StringAt(j, "kind", "");
+  n.job = StringAt(j, "job", "");
+  n.node = StringAt(j, "node", "");
+  n.summary = StringAt(j, "summary", "");
+  n.hint = StringAt(j, "hint", "");
+  n.state = StringAt(j, "state", "");
+  n.url = StringAt(j, "url", "");
+  n.acknowledged_by = StringAt(j, "acknowledged_by", "");
+  n.report = StringAt(j, "report", "");
+  if (auto gpu = j.find("gpu"); gpu != j.end()) {
+    if (!gpu->is_number_integer())
+      return absl::InvalidArgumentError("notice.gpu: not an integer");
+    n.gpu = gpu->get<int>();
+  }
+  if (auto ts = j.find("incident_ts"); ts != j.end() && ts->is_number())
+    n.incident_ts = ts->get<double>();
+  auto recipients = j.find("recipients");
+  if (recipients == j.end() || !recipients->is_array())
+    return absl::InvalidArgumentError("notice.recipients: not an array");
+  for (const Json& r : *recipients) {
+    if (!r.is_object())
+      return absl::InvalidArgumentError("notice.recipients: not an object");
+    n.recipients.push_back({StringAt(r, "name", ""), StringAt(r, "phone", ""),
+                            StringAt(r, "email", ""), StringAt(r, "im", "")});
+  }
+  return n;
+}
+
+// The requests of a page (payload {"notice"}) to the receiver named
+// `receiver`, from its configuration in `notifications` at `now`.
+// kNotFound when no such receiver is configured (any more).
+absl::StatusOr<std::vector<OutboundRequest>> RenderPage(
+    const NotificationOptions& notifications, const std::string& receiver,
+    const Json& payload, double now) {
+  const ReceiverConfig* config = nullptr;
+  for (const ReceiverConfig& r : notifications.receivers) {
+    if (r.name == receiver) config = &r;
+  }
+  if (config == nullptr)
+    return absl::NotFoundError(
+        absl::StrCat("no receiver ", receiver, " is configured"));
+  auto notice = payload.find("notice");
+  if (!payload.is_object() || notice == payload.end())
+    return absl::InvalidArgumentError("payload: no notice");
+  absl::StatusOr<Notice> parsed = NoticeFromJson(*notice);
+  if (!parsed.ok()) return parsed.status();
+  return RenderNotice(*config, *parsed, now);
+}
+
+// The request of an action (payload {"id", "body"}) to vigil-actuator at
+// its configured URL; signed by the outbox. kNotFound for another
+// receiver, kFailedPrecondition when no actuator is configured (any more).
+absl::StatusOr<std::vector<OutboundRequest>> RenderAction(
+    const ActuatorOptions& actuator, const std::string& receiver,
+    const Json& payload) {
+  if (receiver != kActuatorReceiver)
+    return absl::NotFoundError(absl::StrCat("no receiver ", receiver));
+  if (actuator.url.empty())
+    return absl::FailedPreconditionError("no actuator is configured");
+  const std::string id = payload.is_object() ? StringAt(payload, "id", "") : "";
+  auto body = payload.is_object() ? payload.find("body") : payload.end();
+  if (id.empty() || body == payload.end() || !body->is_object())
+    return absl::InvalidArgumentError("payload: no action id or body");
+  OutboundRequest http;
+  http.url = actuator.url;
+  http.headers = {{"Content-Type", "application/json"},
+                  {"Idempotency-Key", id},
+                  {"User-Agent", "vigil/1"}};
+  http.body = body->dump();
+  return std::vector<OutboundRequest>{std::move(http)};
+}
+
 }  // namespace
 
 EscalationService::EscalationService(EscalationServiceOptions options)
@@ -112,6 +218,16 @@ EscalationService::EscalationService(EscalationServiceOptions options)
   o.base_backoff_seconds = options_.notifications.retry_base_seconds;
   o.max_backoff_seconds = options_.notifications.retry_max_seconds;
   OutboxOptions actions = o;
+  // Requests are rendered at send time from the configuration, so the
+  // outboxes store no credentials.
+  o.render = [this](const std::string& receiver, const Json& payload,
+                    double now) {
+    return RenderPage(options_.notifications, receiver, payload, now);
+  };
+  actions.render = [this](const std::string& receiver, const Json& payload,
+                          double) {
+    return RenderAction(options_.actuator, receiver, payload);
+  };
   for (const ReceiverConfig& r : options_.notifications.receivers) {
     if (int rate = EffectiveRatePerMinute(r); rate > 0) o.rate_per_minute[r.name] = rate;
     if (r.type == "webhook" && r.settings.contains("secret") &&
@@ -339,7 +455,9 @@ void EscalationService::EnqueuePage(const Page& page) {
       continue;
     }
     if (requests->empty()) continue;  // nothing to say on this receiver
-    OutboxRoute outbox_route{receiver->name, receiver->type, *std::move(requests)};
+    // Rendered again at each send (RenderPage); only the notice is stored.
+    OutboxRoute outbox_route{receiver->name, receiver->type,
+                             Json{{"notice", NoticeToJson(notice)}}};
     if (route.failover && !items.empty()) {
       items.back().routes.push_back(std::move(outbox_route));
       continue;
@@ -349,6 +467,7 @@ void EscalationService::EnqueuePage(const Page& page) {
     item.incident_id = incident.id;
     item.kind = "page";
     item.description = absl::StrCat(notice.severity, " ", page_name);
+    item.priority = static_cast<int>(incident.severity);
     item.routes.push_back(std::move(outbox_route));
     items.push_back(std::move(item));
   }
@@ -467,19 +586,16 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
                  {"requested_by", action.value("approved_by", action.value("requested_by", "vigil"))},
                  {"checkpoint_timeout_seconds",
                   options_.actuator.checkpoint_timeout_seconds}};
-    OutboundRequest http;
-    http.url = options_.actuator.url;
-    http.headers = {{"Content-Type", "application/json"},
-                    {"Idempotency-Key", action["id"].get<std::string>()},
-                    {"User-Agent", "vigil/1"}};
-    http.body = body.dump();
     OutboxItem item;
     item.key = absl::StrCat("action/", action["id"].get<std::string>());
     item.incident_id = request.incident_id;
     item.kind = "action";
     item.description = absl::StrCat(request.action, " ", request.job,
                                     request.node.empty() ? "" : " ", request.node);
-    item.routes.push_back({kActuatorReceiver, "webhook", {std::move(http)}});
+    item.priority = static_cast<int>(request.severity);
+    // Rendered at each send (RenderAction) and signed then.
+    item.routes.push_back({kActuatorReceiver, "webhook",
+                           Json{{"id", action["id"]}, {"body", body}}});
     absl::Status s = action_outbox_->Enqueue(std::move(item));
     if (!s.ok() && !absl::IsAlreadyExists(s)) {
       action["state"] = "failed";

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <mutex>
 #include <thread>
 
@@ -26,6 +28,10 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr char kSecret[] = "actuator-secret";
+// Receiver credentials, distinct enough to search the store for.
+constexpr char kTwilioToken[] = "twilio-token-4f1c";
+constexpr char kSmtpPassword[] = "smtp-password-9b2e";
+constexpr char kSlackPath[] = "url-path-secret-77d0";
 
 // Records every request; answers 200 "ok" unless `answer` says otherwise.
 class RecordingTransport : public Transport {
@@ -93,14 +99,15 @@ NotificationOptions TestNotifications() {
   n.public_url = "http://vigil.test";
   n.receivers = {
       {"voice", "twilio_voice",
-       {{"account_sid", "AC1"}, {"auth_token", "tok"}, {"from", "+1555"},
+       {{"account_sid", "AC1"}, {"auth_token", kTwilioToken}, {"from", "+1555"},
         {"callback_url", "http://vigil.test/api/v1/callbacks/twilio/voice"},
         {"base_url", "http://twilio.test"}}, 0},
       {"sms", "twilio_sms",
-       {{"account_sid", "AC1"}, {"auth_token", "tok"}, {"from", "+1555"},
+       {{"account_sid", "AC1"}, {"auth_token", kTwilioToken}, {"from", "+1555"},
         {"base_url", "http://twilio.test"}}, 0},
-      {"slack", "slack", {{"url", "http://slack.test/hook"}}, 0},
-      {"mail", "email", {{"smtp_url", "smtp://mail.test"}, {"from", "vigil@test"}}, 0}};
+      {"slack", "slack", {{"url", absl::StrCat("http://slack.test/hook/", kSlackPath)}}, 0},
+      {"mail", "email", {{"smtp_url", "smtp://mail.test"}, {"from", "vigil@test"},
+                         {"username", "vigil"}, {"password", kSmtpPassword}}, 0}};
   n.channels = {{"phone", {{"voice"}, false}},
                 {"sms", {{"sms"}, true}},
                 {"im", {{"slack"}, false}},
@@ -295,6 +302,42 @@ TEST_F(EscalationServiceTest, P0ActionsGoToTheActuatorSignedAndRecordTheAnswer) 
   EXPECT_EQ(cordon["detail"], "ran cordon_node");
 }
 
+// Issue 13, hole 9: the outboxes store what to say and to whom, never the
+// receivers' or the actuator's credentials; requests are rendered from the
+// configuration at send time. Pages carry their incident's priority.
+TEST_F(EscalationServiceTest, OutboxesStoreNoCredentials) {
+  AddJobNodes("llm", 8);
+  Verify("llm", "4242", {"n0", "n1"});
+  Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
+       {Response::kCheckpointThenPauseJob});
+  Open(Severity::kP2, "thermal_throttle", "llm", "n2", {});
+  ASSERT_TRUE(Eventually([&] {
+    return Calls() == 1 && transport_.Matching("Messages.json").size() == 1 &&
+           transport_.Matching("slack.test").size() == 1 &&
+           transport_.Matching("mail.test").size() == 1 &&
+           transport_.Matching("/actuator").size() == 1;
+  }));
+  // The receivers got their credentials...
+  EXPECT_EQ(transport_.Matching("Calls.json")[0].password, kTwilioToken);
+  EXPECT_EQ(transport_.Matching("mail.test")[0].password, kSmtpPassword);
+  EXPECT_TRUE(absl::StrContains(transport_.Matching("slack.test")[0].url, kSlackPath));
+  // ...the store did not.
+  std::set<int> priorities;
+  for (const char* stream : {"outbox", "outbox/actions"}) {
+    const std::vector<Event> events = store_->ListEvents(
+        stream, -std::numeric_limits<double>::infinity(),
+        std::numeric_limits<double>::infinity(), 1000);
+    EXPECT_FALSE(events.empty()) << stream;
+    for (const Event& e : events) {
+      for (const char* secret : {kTwilioToken, kSmtpPassword, kSlackPath, kSecret})
+        EXPECT_FALSE(absl::StrContains(e.payload, secret)) << stream << ": " << e.payload;
+      Json j = Json::parse(e.payload);
+      if (j["op"] == "enqueue") priorities.insert(j["item"]["priority"].get<int>());
+    }
+  }
+  EXPECT_EQ(priorities, (std::set<int>{0, 2}));
+}
+
 // An actuator answer is external input: fields of the wrong type (a number
 // for "status", an object for "detail") are ignored, never thrown on in the
 // delivery thread (which would terminate the server).
@@ -473,7 +516,7 @@ TEST_F(EscalationServiceTest, TwilioKeypressAcknowledgesWithAValidSignatureOnly)
   std::string signed_text =
       absl::StrCat("http://vigil.test/api/v1/callbacks/twilio/voice?", query);
   for (const auto& [k, v] : form) absl::StrAppend(&signed_text, k, v);
-  const std::string good = Base64Encode(HmacSha1("tok", signed_text));
+  const std::string good = Base64Encode(HmacSha1(kTwilioToken, signed_text));
   EXPECT_EQ(service_->TwilioCallback(query, form, "bad").status().code(),
             absl::StatusCode::kUnauthenticated);
   absl::StatusOr<std::string> twiml = service_->TwilioCallback(query, form, good);

@@ -2,12 +2,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -73,9 +75,13 @@ class FakeReceiver : public Transport {
  public:
   TransportResult Send(const OutboundRequest& request,
                        double timeout_seconds) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     timeouts_.push_back(timeout_seconds);
     sent_[request.url].push_back(request);
+    // A held URL hangs, as a receiver that never answers, until released.
+    ++in_flight_[request.url];
+    released_.wait(lock, [&] { return !held_.contains(request.url); });
+    --in_flight_[request.url];
     if (throws_ > 0) {
       --throws_;
       throw std::runtime_error("transport bug");
@@ -107,6 +113,24 @@ class FakeReceiver : public Transport {
     std::lock_guard<std::mutex> lock(mu_);
     down_ = down;
   }
+  // Requests to `url` hang until Release(url).
+  void Hold(const std::string& url) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.insert(url);
+  }
+  void Release(const std::string& url) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_.erase(url);
+    }
+    released_.notify_all();
+  }
+  // Requests to `url` being sent now.
+  int InFlight(const std::string& url) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_flight_.find(url);
+    return it == in_flight_.end() ? 0 : it->second;
+  }
   // Accepts `n` more requests, then refuses all.
   void AcceptOnly(int n) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -137,6 +161,9 @@ class FakeReceiver : public Transport {
 
  private:
   mutable std::mutex mu_;
+  std::condition_variable released_;
+  std::set<std::string> held_;
+  std::map<std::string, int> in_flight_;
   bool down_ = false;
   int throws_ = 0;
   int accept_left_ = -1;  // -1: no limit
@@ -150,25 +177,29 @@ std::string Url(const std::string& receiver, const std::string& path = "hook") {
   return absl::StrCat("http://", receiver, "/", path);
 }
 
-OutboundRequest Request(std::string url) {
-  OutboundRequest request;
-  request.url = std::move(url);
-  request.body = R"({"text":"hi"})";
-  return request;
+// What the test renderer turns into one request (Render below).
+Json RequestSpec(const std::string& url) {
+  return Json{{"url", url}, {"body", R"({"text":"hi"})"}};
+}
+
+// A route whose payload lists its requests.
+OutboxRoute Route(const std::string& receiver, std::vector<Json> requests) {
+  return {.receiver = receiver,
+          .receiver_type = "webhook",
+          .payload = Json{{"requests", requests}}};
 }
 
 // An item with one webhook route per receiver, one request each.
 OutboxItem Item(const std::string& key, std::vector<std::string> receivers,
-                const std::string& incident_id = "inc-1") {
+                const std::string& incident_id = "inc-1", int priority = 0) {
   OutboxItem item;
   item.key = key;
   item.incident_id = incident_id;
   item.kind = "page";
   item.description = "P0 trigger to alice";
+  item.priority = priority;
   for (const std::string& r : receivers)
-    item.routes.push_back({.receiver = r,
-                           .receiver_type = "webhook",
-                           .requests = {Request(Url(r))}});
+    item.routes.push_back(Route(r, {RequestSpec(Url(r))}));
   return item;
 }
 
@@ -193,6 +224,8 @@ class OutboxTest : public ::testing::Test {
     options.store = store_.get();
     options.transport = &receiver_;
     options.clock = &clock_;
+    options.render = [this](const std::string& receiver, const Json& payload,
+                            double now) { return Render(receiver, payload, now); };
     options.base_backoff_seconds = 2;
     options.max_backoff_seconds = 300;
     return options;
@@ -209,6 +242,47 @@ class OutboxTest : public ::testing::Test {
     return outbox;
   }
   std::unique_ptr<Outbox> Start() { return Start(Options()); }
+
+  // The test's receiver configuration: receivers in `configs_` render
+  // with notify/ (their settings hold the credentials) from a payload
+  // {"summary"}; others render payload {"requests": [{"url", "body",
+  // "headers"}]} as given. A name in `removed_` is not configured.
+  absl::StatusOr<std::vector<OutboundRequest>> Render(
+      const std::string& receiver, const Json& payload, double now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (removed_.contains(receiver))
+      return absl::NotFoundError(
+          absl::StrCat("no receiver ", receiver, " is configured"));
+    if (auto config = configs_.find(receiver); config != configs_.end()) {
+      Notice notice;
+      notice.key = payload.value("key", "page");
+      notice.event = "trigger";
+      notice.incident_id = "inc-1";
+      notice.severity = "P0";
+      notice.summary = payload.value("summary", "");
+      notice.recipients = {{"alice", "+15550001", "alice@example.com", ""}};
+      return RenderNotice(config->second, notice, now);
+    }
+    std::vector<OutboundRequest> out;
+    for (const Json& spec : payload.value("requests", Json::array())) {
+      OutboundRequest request;
+      request.url = spec.value("url", "");
+      request.body = spec.value("body", "");
+      for (const Json& h : spec.value("headers", Json::array()))
+        request.headers.emplace_back(h[0].get<std::string>(),
+                                     h[1].get<std::string>());
+      out.push_back(std::move(request));
+    }
+    return out;
+  }
+  void Configure(ReceiverConfig config) {
+    std::lock_guard<std::mutex> lock(mu_);
+    configs_[config.name] = std::move(config);
+  }
+  void Remove(const std::string& receiver) {
+    std::lock_guard<std::mutex> lock(mu_);
+    removed_.insert(receiver);
+  }
 
   std::vector<DeliveryStatus> Reported() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -233,9 +307,10 @@ class OutboxTest : public ::testing::Test {
     return outbox.counters().attempts >= n;
   }
 
-  // Returns once the dispatcher has looked at every item enqueued so far
-  // at the current fake time: it sends a probe (unlimited receiver) and
-  // waits for it, and due items enqueued earlier go out before it.
+  // Returns once a probe (its own receiver, unlimited) was delivered. Each
+  // receiver has its own sender threads, so this shows the outbox is
+  // alive, not that another receiver's queue was looked at: a check after
+  // it that something was not sent can pass early, never fail wrongly.
   void Barrier(Outbox& outbox) {
     const std::string key = absl::StrCat("probe-", probes_++);
     ASSERT_TRUE(outbox.Enqueue(Item(key, {"probe"}, "probes")).ok());
@@ -247,6 +322,8 @@ class OutboxTest : public ::testing::Test {
   FakeReceiver receiver_;
   std::mutex mu_;
   std::vector<DeliveryStatus> reported_;
+  std::map<std::string, ReceiverConfig> configs_;
+  std::set<std::string> removed_;
   int probes_ = 0;
 };
 
@@ -279,7 +356,9 @@ TEST_F(OutboxTest, DeliversFirstTime) {
   std::vector<Json> events = StoredEvents(*store_);
   ASSERT_EQ(events.size(), 3u);
   EXPECT_EQ(events[0]["op"], "enqueue");
-  EXPECT_EQ(events[0]["item"]["routes"][0]["requests"][0]["url"], Url("slack"));
+  EXPECT_EQ(events[0]["item"]["routes"][0]["payload"]["requests"][0]["url"],
+            Url("slack"));
+  EXPECT_EQ(events[0]["item"]["priority"], 0);
   EXPECT_EQ(events[1]["op"], "attempt");
   EXPECT_EQ(events[1]["verdict"], "delivered");
   EXPECT_EQ(events[1]["http_status"], 200);
@@ -345,7 +424,8 @@ TEST_F(OutboxTest, Honours429RetryAfter) {
   TransportResult too_many = Http(429);
   too_many.retry_after_seconds = 120;
   receiver_.Script(Url("hook"), {too_many});
-  ASSERT_TRUE(outbox->Enqueue(Item("k1", {"hook"})).ok());
+  // A P2 waits up to 600 s for a receiver.
+  ASSERT_TRUE(outbox->Enqueue(Item("k1", {"hook"}, "inc-1", 2)).ok());
   ASSERT_TRUE(WaitFor([&] { return Reported().size() == 1; }));
   const DeliveryStatus after_429 = Reported()[0];
   EXPECT_EQ(after_429.next_attempt_ts, after_429.updated_ts + 120);
@@ -431,7 +511,8 @@ TEST_F(OutboxTest, GivesUpWhenRetryWouldPassTheDeadline) {
   TransportResult busy = Http(503);
   busy.retry_after_seconds = 200;
   receiver_.Script(Url("hook"), {busy});
-  ASSERT_TRUE(outbox->Enqueue(Item("k1", {"hook"})).ok());
+  // A P3 waits up to 1800 s for a receiver.
+  ASSERT_TRUE(outbox->Enqueue(Item("k1", {"hook"}, "inc-1", 3)).ok());
   ASSERT_TRUE(WaitFor([&] { return outbox->counters().failed == 1; }));
   EXPECT_THAT(StatusOf(*outbox, "k1").last_detail,
               HasSubstr("not delivered within 100 s"));
@@ -512,11 +593,9 @@ TEST_F(OutboxTest, ReceiverDownThenBackDeliversEveryKeyExactlyOnce) {
 
 TEST_F(OutboxTest, MultiRequestRouteResumesAtTheUndeliveredRequest) {
   OutboxItem item = Item("k1", {});
-  item.routes.push_back({.receiver = "twilio",
-                         .receiver_type = "webhook",
-                         .requests = {Request(Url("twilio", "a")),
-                                      Request(Url("twilio", "b")),
-                                      Request(Url("twilio", "c"))}});
+  item.routes.push_back(Route("twilio", {RequestSpec(Url("twilio", "a")),
+                                         RequestSpec(Url("twilio", "b")),
+                                         RequestSpec(Url("twilio", "c"))}));
   receiver_.Script(Url("twilio", "b"), {Http(503)});
   {
     auto outbox = Start();
@@ -540,14 +619,15 @@ TEST_F(OutboxTest, MultiRequestRouteResumesAtTheUndeliveredRequest) {
 TEST_F(OutboxTest, KeepsAnIdempotencyKeyTheCallerSet) {
   auto outbox = Start();
   OutboxItem item = Item("k1", {"hook"});
-  item.routes[0].requests[0].headers.push_back({"idempotency-key", "own"});
+  item.routes[0].payload["requests"][0]["headers"] =
+      Json::array({Json::array({"idempotency-key", "own"})});
   ASSERT_TRUE(outbox->Enqueue(item).ok());
   ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "k1", "delivered"); }));
   EXPECT_EQ(receiver_.Receipts("own"), 1);
-  const std::vector<Json> events = StoredEvents(*store_);
-  const Json& headers = events[0]["item"]["routes"][0]["requests"][0]["headers"];
-  ASSERT_EQ(headers.size(), 1u);
-  EXPECT_EQ(headers[0][1], "own");
+  const std::vector<OutboundRequest> sent = receiver_.Sent(Url("hook"));
+  ASSERT_EQ(sent.size(), 1u);
+  ASSERT_EQ(sent[0].headers.size(), 1u);
+  EXPECT_EQ(sent[0].headers[0].second, "own");
 }
 
 TEST_F(OutboxTest, SignsAtSendTimeWithoutPersistingTheSecret) {
@@ -556,8 +636,9 @@ TEST_F(OutboxTest, SignsAtSendTimeWithoutPersistingTheSecret) {
   auto outbox = Start(options);
   receiver_.Script(Url("actuator"), {Http(503)});
   OutboxItem item = Item("k1", {"actuator", "plain"});
-  item.routes[0].requests[0].headers = {{"x-vigil-signature", "v1=stale"},
-                                        {"X-Vigil-Timestamp", "1"}};
+  item.routes[0].payload["requests"][0]["headers"] =
+      Json::array({Json::array({"x-vigil-signature", "v1=stale"}),
+                   Json::array({"X-Vigil-Timestamp", "1"})});
   ASSERT_TRUE(outbox->Enqueue(item).ok());
   ASSERT_TRUE(WaitFor([&] { return AttemptsReach(*outbox, 1); }));
   clock_.Advance(100.5);
@@ -601,6 +682,256 @@ TEST_F(OutboxTest, KeepsTheLastResponseCutTo4KiB) {
   EXPECT_EQ(StatusOf(*replayed, "k2").last_response.size(), 4096u);
 }
 
+// Hole 7: a receiver that hangs for its whole request timeout holds only
+// its own queue; another receiver's P0 page goes out meanwhile.
+TEST_F(OutboxTest, HangingReceiverDoesNotDelayAnotherReceiversPage) {
+  auto outbox = Start();
+  receiver_.Hold(Url("stuck"));
+  ASSERT_TRUE(outbox->Enqueue(Item("slow1", {"stuck"}, "inc-1", 3)).ok());
+  ASSERT_TRUE(outbox->Enqueue(Item("slow2", {"stuck"}, "inc-1", 3)).ok());
+  ASSERT_TRUE(WaitFor([&] { return receiver_.InFlight(Url("stuck")) == 1; }));
+  ASSERT_TRUE(outbox->Enqueue(Item("page", {"pager"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "page", "delivered"); }));
+  // One request at a time per receiver by default: slow2 waits for slow1.
+  EXPECT_EQ(receiver_.Requests(Url("stuck")), 1u);
+  EXPECT_TRUE(IsState(*outbox, "slow1", "pending"));
+
+  receiver_.Release(Url("stuck"));
+  ASSERT_TRUE(WaitFor([&] { return outbox->counters().delivered == 3; }));
+  EXPECT_EQ(receiver_.Keys(Url("stuck")),
+            (std::vector<std::string>{"slow1", "slow2"}));
+}
+
+TEST_F(OutboxTest, InFlightRequestsPerReceiverAreCapped) {
+  OutboxOptions options = Options();
+  options.max_in_flight_per_receiver = 2;
+  auto outbox = Start(options);
+  receiver_.Hold(Url("stuck"));
+  for (const char* key : {"k1", "k2", "k3"})
+    ASSERT_TRUE(outbox->Enqueue(Item(key, {"stuck"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return receiver_.InFlight(Url("stuck")) == 2; }));
+  EXPECT_EQ(receiver_.Requests(Url("stuck")), 2u);
+  receiver_.Release(Url("stuck"));
+  ASSERT_TRUE(WaitFor([&] { return outbox->counters().delivered == 3; }));
+  EXPECT_EQ(receiver_.Requests(Url("stuck")), 3u);
+}
+
+// Within one receiver the most urgent goes first, then the oldest.
+TEST_F(OutboxTest, HigherPriorityGoesFirstWithinAReceiver) {
+  auto outbox = Start();
+  receiver_.Hold(Url("hook"));
+  ASSERT_TRUE(outbox->Enqueue(Item("first", {"hook"}, "inc-1", 3)).ok());
+  ASSERT_TRUE(WaitFor([&] { return receiver_.InFlight(Url("hook")) == 1; }));
+  ASSERT_TRUE(outbox->Enqueue(Item("p3-old", {"hook"}, "inc-1", 3)).ok());
+  ASSERT_TRUE(outbox->Enqueue(Item("p1", {"hook"}, "inc-1", 1)).ok());
+  ASSERT_TRUE(outbox->Enqueue(Item("p3-new", {"hook"}, "inc-1", 3)).ok());
+  ASSERT_TRUE(outbox->Enqueue(Item("p0", {"hook"}, "inc-1", 0)).ok());
+  receiver_.Release(Url("hook"));
+  ASSERT_TRUE(WaitFor([&] { return outbox->counters().delivered == 5; }));
+  EXPECT_EQ(receiver_.Keys(Url("hook")),
+            (std::vector<std::string>{"first", "p0", "p1", "p3-old", "p3-new"}));
+}
+
+// The order survives a restart: priorities are stored with the items.
+TEST_F(OutboxTest, PriorityOrderSurvivesARestart) {
+  {
+    auto outbox = Start();
+    outbox->Stop();  // items are stored, not sent
+    ASSERT_TRUE(outbox->Enqueue(Item("p3", {"hook"}, "inc-1", 3)).ok());
+    ASSERT_TRUE(outbox->Enqueue(Item("p0", {"hook"}, "inc-1", 0)).ok());
+  }
+  auto outbox = Start();
+  ASSERT_TRUE(WaitFor([&] { return outbox->counters().delivered == 2; }));
+  EXPECT_EQ(receiver_.Keys(Url("hook")), (std::vector<std::string>{"p0", "p3"}));
+}
+
+// A receiver asking a P0 to wait longer than its cap is treated as down:
+// the page fails over at once.
+TEST_F(OutboxTest, RetryAfterOverTheP0CapFailsOverAtOnce) {
+  auto outbox = Start();
+  TransportResult too_many = Http(429);
+  too_many.retry_after_seconds = 300;
+  receiver_.Script(Url("twilio"), {too_many});
+  ASSERT_TRUE(outbox->Enqueue(Item("k1", {"twilio", "aliyun"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "k1", "delivered"); }));
+  const DeliveryStatus s = StatusOf(*outbox, "k1");
+  EXPECT_EQ(s.receiver, "aliyun");
+  EXPECT_EQ(s.attempts, 2);
+  ASSERT_TRUE(WaitFor([&] { return Reported().size() == 2; }));
+  EXPECT_THAT(Reported()[0].last_detail,
+              HasSubstr("Retry-After 300 s is over the P0 cap of 30 s: "
+                        "failing over"));
+  // Replayed, the failover is where it was.
+  auto replayed = Start();
+  EXPECT_EQ(StatusOf(*replayed, "k1").receiver, "aliyun");
+  EXPECT_EQ(replayed->counters().unreadable_events, 0u);
+}
+
+// With no route left, a P0 is tried again after its cap, while a P3 for
+// the same receiver waits for the receiver's whole Retry-After (unless the
+// P0's try shows the receiver takes requests again).
+TEST_F(OutboxTest, RetryAfterIsCappedByPriorityOnTheLastRoute) {
+  auto outbox = Start();
+  TransportResult too_many = Http(429);
+  too_many.retry_after_seconds = 300;
+  receiver_.Script(Url("hook"), {too_many});
+  ASSERT_TRUE(outbox->Enqueue(Item("p0", {"hook"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return Reported().size() == 1; }));
+  const DeliveryStatus after_429 = Reported()[0];
+  EXPECT_EQ(after_429.next_attempt_ts, after_429.updated_ts + 30);
+  EXPECT_THAT(after_429.last_detail, HasSubstr("trying again after the cap"));
+
+  ASSERT_TRUE(outbox->Enqueue(Item("p3", {"hook"}, "inc-1", 3)).ok());
+  clock_.Advance(29);
+  Barrier(*outbox);
+  EXPECT_EQ(receiver_.Requests(Url("hook")), 1u);
+  EXPECT_TRUE(IsState(*outbox, "p3", "pending"));
+  clock_.Advance(1);
+  ASSERT_TRUE(WaitFor([&] { return outbox->counters().delivered == 3; }));
+  EXPECT_EQ(receiver_.Keys(Url("hook")),
+            (std::vector<std::string>{"p0", "p0", "p3"}));
+}
+
+// Hole 9: what is stored holds no credential. Requests are rendered from
+// the receivers' configuration at send time.
+TEST_F(OutboxTest, StoredItemsHoldNoCredentials) {
+  Configure({"sms", "twilio_sms",
+             {{"account_sid", "AC1"},
+              {"auth_token", "twilio-auth-secret"},
+              {"from", "+15550000"},
+              {"base_url", "http://twilio.test"}},
+             0});
+  Configure({"mail", "email",
+             {{"smtp_url", "smtp://mail.test"},
+              {"from", "vigil@test"},
+              {"username", "vigil"},
+              {"password", "smtp-password-secret"}},
+             0});
+  Configure({"slack", "slack",
+             {{"url", "http://slack.test/services/T0/B0/url-path-secret"}},
+             0});
+  auto outbox = Start();
+  for (const char* receiver : {"sms", "mail", "slack"}) {
+    OutboxItem item;
+    item.key = absl::StrCat("page@", receiver);
+    item.kind = "page";
+    item.routes.push_back({.receiver = receiver,
+                           .receiver_type = receiver == std::string("sms")
+                                                ? "twilio_sms"
+                                                : receiver,
+                           .payload = {{"summary", "GPU 3 fell off the bus"}}});
+    const absl::Status enqueued = outbox->Enqueue(item);
+    ASSERT_TRUE(enqueued.ok()) << enqueued;
+  }
+  ASSERT_TRUE(WaitFor([&] { return AttemptsReach(*outbox, 3); }));
+  // The receivers got their credentials...
+  ASSERT_EQ(receiver_.Sent("http://twilio.test/2010-04-01/Accounts/AC1/Messages.json").size(), 1u);
+  EXPECT_EQ(receiver_.Sent("http://twilio.test/2010-04-01/Accounts/AC1/Messages.json")[0].password,
+            "twilio-auth-secret");
+  ASSERT_EQ(receiver_.Sent("smtp://mail.test").size(), 1u);
+  EXPECT_EQ(receiver_.Sent("smtp://mail.test")[0].password, "smtp-password-secret");
+  EXPECT_EQ(receiver_.Requests("http://slack.test/services/T0/B0/url-path-secret"), 1u);
+  // ...the store did not.
+  const std::vector<Event> events =
+      store_->ListEvents("outbox", -kInf, kInf, 1000);
+  EXPECT_EQ(events.size(), 3u * 3);  // enqueue, attempt, done
+  for (const Event& e : events) {
+    EXPECT_THAT(e.payload, Not(HasSubstr("twilio-auth-secret")));
+    EXPECT_THAT(e.payload, Not(HasSubstr("smtp-password-secret")));
+    EXPECT_THAT(e.payload, Not(HasSubstr("url-path-secret")));
+  }
+}
+
+// A route whose receiver left the configuration fails at once and the item
+// fails over, saying why.
+TEST_F(OutboxTest, RouteOfARemovedReceiverFailsOver) {
+  receiver_.SetDown(true);
+  {
+    auto outbox = Start();
+    ASSERT_TRUE(outbox->Enqueue(Item("k1", {"old", "backup"})).ok());
+    ASSERT_TRUE(WaitFor([&] { return AttemptsReach(*outbox, 1); }));
+    outbox->Stop();
+  }
+  Remove("old");
+  receiver_.SetDown(false);
+  auto outbox = Start();
+  clock_.Advance(300);
+  ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "k1", "delivered"); }));
+  EXPECT_EQ(StatusOf(*outbox, "k1").receiver, "backup");
+  EXPECT_EQ(receiver_.Requests(Url("old")), 1u);  // before the restart
+  bool said_why = false;
+  for (const Json& e : StoredEvents(*store_))
+    said_why |= absl::StrContains(e.value("detail", ""),
+                                  "cannot render for receiver old: no receiver "
+                                  "old is configured");
+  EXPECT_TRUE(said_why);
+}
+
+// Ended items are forgotten after the retention, in memory and at Start;
+// their key may then be used again.
+TEST_F(OutboxTest, ForgetsEndedItemsAfterTheRetention) {
+  OutboxOptions options = Options();
+  options.retention_seconds = 100;
+  {
+    auto outbox = Start(options);
+    ASSERT_TRUE(outbox->Enqueue(Item("old", {"hook"})).ok());
+    ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "old", "delivered"); }));
+    clock_.Advance(50);
+    ASSERT_TRUE(outbox->Enqueue(Item("new", {"hook"})).ok());
+    ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "new", "delivered"); }));
+    clock_.Advance(70);  // old ended 120 s ago, new 70 s ago
+    ASSERT_TRUE(WaitFor([&] { return outbox->List("", 10).size() == 1; }));
+    EXPECT_EQ(outbox->List("", 10)[0].key, "new");
+    EXPECT_TRUE(outbox->List("inc-none", 10).empty());
+    ASSERT_TRUE(outbox->Enqueue(Item("old", {"hook"})).ok());
+    ASSERT_TRUE(WaitFor([&] { return receiver_.Receipts("old") == 2; }));
+  }
+  clock_.Advance(40);  // new ended 110 s ago, the second old 40 s ago
+  auto outbox = Start(options);
+  const std::vector<DeliveryStatus> listed = outbox->List("", 10);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].key, "old");
+  EXPECT_EQ(listed[0].state, "delivered");
+  EXPECT_EQ(outbox->counters().unreadable_events, 0u);
+}
+
+// Items stored by a version that kept rendered requests (and had no
+// priorities) are still sent, as stored.
+TEST_F(OutboxTest, SendsItemsStoredWithRenderedRequests) {
+  const Json legacy = {
+      {"op", "enqueue"},
+      {"item",
+       {{"key", "legacy"},
+        {"incident_id", "inc-1"},
+        {"kind", "page"},
+        {"description", "P1 trigger"},
+        {"created_ts", clock_.Now()},
+        {"routes",
+         Json::array({{{"receiver", "hook"},
+                       {"receiver_type", "webhook"},
+                       {"requests",
+                        Json::array({{{"method", "POST"},
+                                      {"url", Url("hook")},
+                                      {"headers", Json::array({Json::array(
+                                                      {"Idempotency-Key",
+                                                       "legacy"})})},
+                                      {"body", "{}"},
+                                      {"smtp", false},
+                                      {"mail_from", ""},
+                                      {"mail_rcpt", Json::array()},
+                                      {"username", ""},
+                                      {"password", ""}}})}}})}}}};
+  ASSERT_TRUE(
+      store_->AppendEvent(Event{"outbox", clock_.Now(), 0, legacy.dump()}).ok());
+  auto outbox = Start();
+  ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "legacy", "delivered"); }));
+  EXPECT_EQ(receiver_.Receipts("legacy"), 1);
+  EXPECT_EQ(outbox->counters().unreadable_events, 0u);
+  auto replayed = Start();
+  EXPECT_TRUE(IsState(*replayed, "legacy", "delivered"));
+  EXPECT_EQ(replayed->counters().unreadable_events, 0u);
+}
+
 TEST_F(OutboxTest, RejectsBadInput) {
   {
     Outbox not_started(Options());
@@ -615,6 +946,17 @@ TEST_F(OutboxTest, RejectsBadInput) {
   no_attempts.max_attempts = 0;
   EXPECT_EQ(Outbox(no_attempts).Start().code(),
             absl::StatusCode::kInvalidArgument);
+  OutboxOptions no_render = Options();
+  no_render.render = nullptr;
+  EXPECT_EQ(Outbox(no_render).Start().code(),
+            absl::StatusCode::kInvalidArgument);
+  OutboxOptions no_in_flight = Options();
+  no_in_flight.max_in_flight_per_receiver = 0;
+  EXPECT_EQ(Outbox(no_in_flight).Start().code(),
+            absl::StatusCode::kInvalidArgument);
+  OutboxOptions no_cap = Options();
+  no_cap.max_retry_after_seconds[2] = 0;
+  EXPECT_EQ(Outbox(no_cap).Start().code(), absl::StatusCode::kInvalidArgument);
 
   auto outbox = Start();
   EXPECT_EQ(outbox->Start().code(), absl::StatusCode::kFailedPrecondition);
@@ -627,17 +969,21 @@ TEST_F(OutboxTest, RejectsBadInput) {
   OutboxItem no_receiver = Item("k", {"hook"});
   no_receiver.routes[0].receiver = "";
   OutboxItem no_request = Item("k", {"hook"});
-  no_request.routes[0].requests.clear();
+  no_request.routes[0].payload["requests"] = Json::array();
   OutboxItem no_url = Item("k", {"hook"});
-  no_url.routes[0].requests[0].url = "";
+  no_url.routes[0].payload["requests"][0]["url"] = "";
   OutboxItem bad_utf8 = Item("k", {"hook"});
-  bad_utf8.routes[0].requests[0].body = "caf\xe9";
+  bad_utf8.routes[0].payload["requests"][0]["body"] = "caf\xe9";
+  Remove("gone");
   const std::vector<Case> cases = {
       {"empty key", Item("", {"hook"}), "key is empty"},
       {"no route", Item("k", {}), "no route"},
       {"no receiver", no_receiver, "routes[0].receiver is empty"},
-      {"no request", no_request, "routes[0]: no request"},
-      {"no url", no_url, "routes[0].requests[0].url is empty"},
+      {"no request", no_request, "routes[0] (hook): renders no request"},
+      {"no url", no_url, "routes[0] (hook): requests[0].url is empty"},
+      {"unknown receiver", Item("k", {"hook", "gone"}),
+       "routes[1] (gone): no receiver gone is configured"},
+      {"priority", Item("k", {"hook"}, "inc-1", 4), "priority 4 is not in 0..3"},
       {"bad utf-8", bad_utf8, "not valid UTF-8"},
   };
   for (const Case& c : cases) {
@@ -866,6 +1212,53 @@ TEST_P(OutboxRestartTest, ResumesPendingAndNeverResendsDelivered) {
   EXPECT_EQ(outbox->counters().attempts, 32u);
 }
 
+// A pending item is rendered from the configuration of the day after a
+// restart: a rotated token applies, and neither token reaches the disk.
+TEST_P(OutboxRestartTest, PendingItemsAreRenderedFromTheConfigAfterARestart) {
+  const std::string url =
+      "http://twilio.test/2010-04-01/Accounts/AC1/Messages.json";
+  auto sms = [](const std::string& token) {
+    return ReceiverConfig{"sms", "twilio_sms",
+                          {{"account_sid", "AC1"},
+                           {"auth_token", token},
+                           {"from", "+15550000"},
+                           {"base_url", "http://twilio.test"}},
+                          0};
+  };
+  Configure(sms("token-before-rotation"));
+  receiver_.SetDown(true);
+  {
+    auto outbox = Start();
+    OutboxItem item;
+    item.key = "page@sms";
+    item.kind = "page";
+    item.routes.push_back({.receiver = "sms",
+                           .receiver_type = "twilio_sms",
+                           .payload = {{"key", "page@sms"},
+                                       {"summary", "GPU 3 fell off the bus"}}});
+    ASSERT_TRUE(outbox->Enqueue(item).ok());
+    ASSERT_TRUE(WaitFor([&] { return AttemptsReach(*outbox, 1); }));
+    outbox->Stop();
+  }
+  Reopen();
+  Configure(sms("token-after-rotation"));
+  receiver_.SetDown(false);
+  auto outbox = Start();
+  clock_.Advance(300);
+  ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "page@sms", "delivered"); }));
+  const std::vector<OutboundRequest> sent = receiver_.Sent(url);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].password, "token-before-rotation");
+  EXPECT_EQ(sent[1].password, "token-after-rotation");
+  EXPECT_EQ(sent[1].body, sent[0].body);
+  EXPECT_EQ(IdempotencyKey(sent[1]), IdempotencyKey(sent[0]));
+  EXPECT_EQ(receiver_.Receipts(IdempotencyKey(sent[0])), 1);
+  for (const Event& e : store_->ListEvents("outbox", -kInf, kInf, 100)) {
+    EXPECT_THAT(e.payload, Not(HasSubstr("token-before-rotation")));
+    EXPECT_THAT(e.payload, Not(HasSubstr("token-after-rotation")));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, OutboxRestartTest, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "RocksDb" : "Memory";
@@ -913,10 +1306,10 @@ TEST_F(OutboxTest, CurlTransportDeliversAfterReceiverComesBack) {
   auto outbox = Start(options);
   auto item = [&](const std::string& key, int port) {
     OutboxItem it = Item(key, {"hook"});
-    it.routes[0].requests[0].url =
-        absl::StrCat("http://127.0.0.1:", port, "/hook");
-    it.routes[0].requests[0].headers.push_back(
-        {"Content-Type", "application/json"});
+    Json& spec = it.routes[0].payload["requests"][0];
+    spec["url"] = absl::StrCat("http://127.0.0.1:", port, "/hook");
+    spec["headers"] =
+        Json::array({Json::array({"Content-Type", "application/json"})});
     return it;
   };
 
