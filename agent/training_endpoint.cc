@@ -146,6 +146,7 @@ void TrainingCollector::Stop() {
 void TrainingCollector::CloseAll() {
   for (auto& [fd, conn] : connections_) close(fd);
   connections_.clear();
+  buffered_bytes_ = 0;
   close(listen_fd_);
   close(wake_fd_);
   listen_fd_ = wake_fd_ = -1;
@@ -189,6 +190,7 @@ void TrainingCollector::Serve() {
         ranks_.Disconnected(*it->second.hello, clock_->Now());
       }
       close(it->first);
+      buffered_bytes_ -= it->second.buffer.size();
       connections_.erase(it);
       closed = true;
     }
@@ -243,17 +245,29 @@ bool TrainingCollector::Read(Connection& conn) {
   if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
   if (n == 0) return false;
   std::string_view data(buf, static_cast<size_t>(n));
+  // This connection's share of the budget is what the others leave.
+  buffered_bytes_ -= conn.buffer.size();
+  const size_t budget = options_.max_buffered_bytes > buffered_bytes_
+                            ? options_.max_buffered_bytes - buffered_bytes_
+                            : 0;
   while (!data.empty()) {
     size_t newline = data.find('\n');
     if (newline == std::string_view::npos) {
       if (conn.discarding) break;
-      conn.buffer.append(data);
-      if (conn.buffer.size() > options_.max_line_bytes) {
+      const size_t size = conn.buffer.size() + data.size();
+      if (size > options_.max_line_bytes || size > budget) {
         ++conn.lines;
         conn.buffer.clear();
         conn.discarding = true;
-        Reject(conn, absl::StrCat("line longer than ", options_.max_line_bytes,
-                                  " bytes"));
+        Reject(conn, size > options_.max_line_bytes
+                         ? absl::StrCat("line longer than ",
+                                        options_.max_line_bytes, " bytes")
+                         : absl::StrCat("the endpoint's ",
+                                        options_.max_buffered_bytes,
+                                        " bytes for incomplete lines are "
+                                        "taken; line dropped"));
+      } else {
+        conn.buffer.append(data);
       }
       break;
     }
@@ -269,6 +283,7 @@ bool TrainingCollector::Read(Connection& conn) {
       conn.buffer.clear();
     }
   }
+  buffered_bytes_ += conn.buffer.size();
   return true;
 }
 

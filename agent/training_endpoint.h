@@ -87,6 +87,10 @@ struct TrainingCollectorOptions {
   int max_connections = 512;
   // Longest line accepted, newline excluded; longer ones are dropped.
   size_t max_line_bytes = 64 * 1024;
+  // Bytes of incomplete lines held for all connections together (the
+  // endpoint's memory, whatever the number of connections): a line that
+  // would take more is dropped and rejected like an overlong one.
+  size_t max_buffered_bytes = 4 << 20;
   // A rank whose last message is older than this stops counting.
   double staleness_seconds = 300;
   // A rank whose connections all closed stops counting after this long
@@ -186,6 +190,7 @@ class TrainingCollector : public Collector {
   std::thread thread_;
   // Serving thread only.
   std::map<int, Connection> connections_;
+  size_t buffered_bytes_ = 0;   // sum of the connections' buffers
   bool accept_paused_ = false;  // out of file descriptors
 
   mutable std::mutex mu_;

@@ -213,6 +213,9 @@ struct ServerOptions {
   uint64_t max_query_points = 1'000'000;
   // Threads serving HTTP requests.
   int http_threads = 32;
+  // Requests one client address may have in flight; 0: half the threads
+  // (at least 4).
+  int http_max_requests_per_client = 0;
 
   // Run detection on every accepted frame. When false, stored incidents
   // are still served but no new ones are raised.

@@ -177,10 +177,20 @@ void AppendSample(std::string* out, std::string_view name_and_labels, T v) {
 HttpApi::HttpApi(const HttpApiOptions& options)
     : options_(options),
       authorizer_(options.auth, options.clock, options.sessions),
+      max_requests_per_client_(options.max_requests_per_client > 0
+                                   ? options.max_requests_per_client
+                                   : std::max(4, options.threads / 2)),
       server_(std::make_unique<httplib::Server>()) {
   int threads = options_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_read_timeout(options_.io_timeout_seconds);
+  server_->set_write_timeout(options_.io_timeout_seconds);
+  server_->set_keep_alive_timeout(options_.keep_alive_seconds);
+  // Every answered request is logged once, its cap released with it.
+  server_->set_logger([this](const httplib::Request& req, const httplib::Response&) {
+    ReleaseRequest(req);
+  });
   // Errors httplib answers itself (no route, body too large) get a JSON
   // body like every other error.
   const size_t limit = options_.max_body_bytes;
@@ -216,6 +226,27 @@ HttpApi::HttpApi(const HttpApiOptions& options)
 }
 
 HttpApi::~HttpApi() { Stop(); }
+
+bool HttpApi::AdmitRequest(const httplib::Request& req) {
+  std::lock_guard<std::mutex> l(clients_mu_);
+  int& n = in_flight_[req.remote_addr];
+  if (n >= max_requests_per_client_) {
+    if (n == 0) in_flight_.erase(req.remote_addr);
+    return false;
+  }
+  ++n;
+  counted_[&req] = req.remote_addr;
+  return true;
+}
+
+void HttpApi::ReleaseRequest(const httplib::Request& req) {
+  std::lock_guard<std::mutex> l(clients_mu_);
+  auto it = counted_.find(&req);
+  if (it == counted_.end()) return;  // refused, or answered before routing
+  auto client = in_flight_.find(it->second);
+  if (client != in_flight_.end() && --client->second <= 0) in_flight_.erase(client);
+  counted_.erase(it);
+}
 
 absl::StatusOr<int> HttpApi::Start(const std::string& host, int port) {
   if (thread_.joinable())
@@ -256,6 +287,12 @@ void HttpApi::InstallHandlers() {
                                           httplib::Response& res) {
     // httplib hands the handler a const view of its own, non-const request.
     RefuseBrotli(const_cast<httplib::Request&>(req));
+    if (!AdmitRequest(req)) {
+      ReplyError(res, 429, absl::StrCat("more than ", max_requests_per_client_,
+                                        " requests in flight from ", req.remote_addr,
+                                        "; retry when one has finished"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // Everything under /api/ but sign-in and Twilio's signed callback, and
     // /metrics (it names jobs and nodes), needs a viewer unless anonymous
     // reads are allowed. /healthz and the UI's static files do not.

@@ -23,9 +23,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "server/auth.h"
@@ -38,6 +41,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 }  // namespace httplib
 
 namespace vigil {
@@ -71,6 +75,14 @@ struct HttpApiOptions {
   // Largest request body accepted; a larger one gets 413 and is discarded
   // as it arrives, never held (no route needs more than a few KB).
   size_t max_body_bytes = 1 << 20;
+  // Requests one client address may have in flight (live-event streams
+  // included); more get 429. 0: max(4, threads / 2), so no one client can
+  // take every thread.
+  int max_requests_per_client = 0;
+  // Seconds one read or write of a request or response may wait; an idle
+  // keep-alive connection is closed after keep_alive_seconds.
+  int io_timeout_seconds = 5;
+  int keep_alive_seconds = 5;
 };
 
 // Serves the HTTP API on a background thread. Start/Stop are not
@@ -95,9 +107,20 @@ class HttpApi {
   // The web UI's API (server/http_ui.cc).
   void InstallUiHandlers();
 
+  // Counts a request against its client's cap; false (and not counted)
+  // when the client is at its cap. Released by the request's log line.
+  bool AdmitRequest(const httplib::Request& req);
+  void ReleaseRequest(const httplib::Request& req);
+
   const HttpApiOptions options_;
   RequestAuthorizer authorizer_;
   std::atomic<int> event_streams_{0};
+  const int max_requests_per_client_;
+  std::mutex clients_mu_;
+  // Requests in flight by client address, and the address of each.
+  absl::flat_hash_map<std::string, int> in_flight_ ABSL_GUARDED_BY(clients_mu_);
+  absl::flat_hash_map<const httplib::Request*, std::string> counted_
+      ABSL_GUARDED_BY(clients_mu_);
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<bool> listen_returned_{false};

@@ -1,6 +1,5 @@
 #include "server/ingest_service.h"
 
-#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -191,13 +190,12 @@ struct IngestService::StreamState {
   }
 };
 
-// Cancels streams whose first batch is late. One thread for all streams.
+// Cancels streams whose first batch is late. One thread for all streams;
+// time is the service's clock.
 class IngestService::FirstBatchWatchdog {
  public:
-  explicit FirstBatchWatchdog(double seconds)
-      : timeout_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(seconds))),
-        thread_([this] { Run(); }) {}
+  FirstBatchWatchdog(Clock* clock, double seconds)
+      : clock_(clock), timeout_(seconds), thread_([this] { Run(); }) {}
   ~FirstBatchWatchdog() {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -209,7 +207,7 @@ class IngestService::FirstBatchWatchdog {
   // Starts the clock of `context`'s first batch.
   void Watch(grpc::ServerContext* context) {
     std::lock_guard<std::mutex> l(mu_);
-    deadlines_[context] = std::chrono::steady_clock::now() + timeout_;
+    deadlines_[context] = clock_->Now() + timeout_;
     wake_.notify_all();
   }
   // Stops it; true if the stream was cancelled for being late.
@@ -223,8 +221,8 @@ class IngestService::FirstBatchWatchdog {
   void Run() {
     std::unique_lock<std::mutex> l(mu_);
     while (!stopping_) {
-      auto next = std::chrono::steady_clock::time_point::max();
-      const auto now = std::chrono::steady_clock::now();
+      const double now = clock_->Now();
+      double next = now + 3600;
       for (auto it = deadlines_.begin(); it != deadlines_.end();) {
         if (it->second <= now) {
           it->first->TryCancel();
@@ -235,20 +233,16 @@ class IngestService::FirstBatchWatchdog {
           ++it;
         }
       }
-      if (next == std::chrono::steady_clock::time_point::max()) {
-        wake_.wait(l);
-      } else {
-        wake_.wait_until(l, next);
-      }
+      clock_->WaitUntil(l, wake_, next);
     }
   }
 
-  const std::chrono::steady_clock::duration timeout_;
+  Clock* const clock_;
+  const double timeout_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  absl::flat_hash_map<grpc::ServerContext*,
-                      std::chrono::steady_clock::time_point> deadlines_;
+  absl::flat_hash_map<grpc::ServerContext*, double> deadlines_;
   absl::flat_hash_set<grpc::ServerContext*> cancelled_;
   std::thread thread_;
 };
@@ -256,7 +250,8 @@ class IngestService::FirstBatchWatchdog {
 IngestService::IngestService(const IngestOptions& options)
     : options_(options),
       budget_(options.series_budget),
-      watchdog_(std::make_unique<FirstBatchWatchdog>(options.first_batch_seconds)) {}
+      watchdog_(std::make_unique<FirstBatchWatchdog>(options.clock,
+                                                     options.first_batch_seconds)) {}
 
 absl::StatusOr<SeriesId> IngestService::ResolveNew(StreamState& st,
                                                    SeriesKey key,

@@ -43,8 +43,8 @@ struct IngestOptions {
   // Streams served at once (each holds a thread); past it a new stream is
   // refused with UNAVAILABLE (the agent keeps its spool and retries).
   int max_streams = 10'000;
-  // A stream whose first batch has not arrived this many seconds (wall
-  // clock) after it opened is cancelled (the peer sees CANCELLED), so idle or
+  // A stream whose first batch has not arrived this many seconds (of
+  // `clock`) after it opened is cancelled (the peer sees CANCELLED), so idle or
   // slow peers cannot hold threads. Tokens and certificates are checked
   // before that read.
   double first_batch_seconds = 10;

@@ -316,6 +316,35 @@ TEST_F(TrainingEndpointTest, OverlongLinesAreDroppedWholeConnectionStays) {
   EXPECT_EQ(collector_->stats().lines_rejected, 2u);
 }
 
+// Incomplete lines of all connections together stay within
+// max_buffered_bytes: many connections each holding a long partial line
+// cannot grow the agent without bound. A line over the budget is dropped;
+// the budget comes back as lines complete or connections close.
+TEST_F(TrainingEndpointTest, IncompleteLinesShareOneBufferBudget) {
+  options_.max_line_bytes = 1000;
+  options_.max_buffered_bytes = 1500;
+  StartCollector();
+  RankClient a(path_), b(path_), c(path_);
+  a.Hello(R"("job":"j","rank":0)");
+  b.Hello(R"("job":"j","rank":1)");
+  c.Hello(R"("job":"j","rank":2)");
+  WaitLines(3);
+  a.Write(R"({"type":"step","step":1,"pad":")" + std::string(800, 'a'));
+  // A complete line after it: once it is handled, a's part is buffered
+  // (connections are read in the order they were accepted).
+  c.Line(R"({"type":"step","step":1,"loss":1.0})");
+  WaitLines(4);
+  b.Write(R"({"type":"step","step":1,"pad":")" + std::string(800, 'b'));
+  WaitLines(4, 1);  // b's partial line does not fit next to a's
+  EXPECT_THAT(b.ReadLine(), HasSubstr("bytes for incomplete lines are taken"));
+  a.Write("\"}\n");  // a's line completes and frees its share
+  WaitLines(5, 1);
+  c.Write(R"({"type":"step","step":2,"pad":")" + std::string(800, 'c'));
+  c.Write("\"}\n");
+  WaitLines(6, 1);
+  EXPECT_EQ(collector_->stats().lines_rejected, 1u);
+}
+
 TEST_F(TrainingEndpointTest, StepsBeforeHelloAreRejected) {
   StartCollector();
   RankClient r(path_);

@@ -1,9 +1,11 @@
 // The web UI's API through the real server: sessions with cookie and CSRF
 // token, the live event stream, jobs and nodes from frames, baselines and
 // the incident text search.
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -374,6 +376,30 @@ TEST(HttpUiTest, ClosedStreamFreesItsSlot) {
   EventStream again(port, "/api/v1/events");
   EXPECT_TRUE(again.WaitUntil(hello, kWaitSeconds)) << again.status() << " " << again.text();
   EXPECT_EQ(again.status(), 200);
+}
+
+// One client address cannot take every thread: past its cap of requests
+// in flight (a live-event stream counts) it gets 429 while others are
+// served; the slot comes back when its stream closes.
+TEST(HttpUiTest, RequestsInFlightAreCappedPerClient) {
+  ServerOptions options = UiOptions(/*http_threads=*/4);
+  options.http_max_requests_per_client = 1;
+  TestServer t(options);
+  const int port = t.server.http_port();
+  auto hello = [](const std::string& s) { return s.find("event: hello") != std::string::npos; };
+  {
+    EventStream stream(port, "/api/v1/events");
+    ASSERT_TRUE(stream.WaitUntil(hello, kWaitSeconds));
+    HttpResult refused = HttpGet(port, "/api/v1/incidents");
+    EXPECT_EQ(refused.status, 429);
+    EXPECT_NE(refused.body.find("requests in flight from"), std::string::npos) << refused.body;
+  }
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    status = HttpGet(port, "/api/v1/incidents").status;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 200);
 }
 
 TEST(HttpUiTest, NodesAndJobsFromFrames) {

@@ -2,10 +2,12 @@
 // changes, over mTLS), and the dropped-batch counts of Hello in /metrics.
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -109,10 +111,19 @@ TEST(NodeTokenTest, UnknownTokensAreRefusedBeforeTheFirstMessage) {
 TEST(NodeTokenTest, AStreamWithoutAFirstBatchIsCancelled) {
   ServerOptions options = TestOptions();
   options.node_tokens.sha256 = {{"n001", Hash("t1")}};
-  options.first_batch_seconds = 0.3;
+  options.first_batch_seconds = 10;
   RealTimeServer t(options);
   ASSERT_TRUE(t.started.ok()) << t.started;
+  std::atomic<bool> waiting = true;
+  std::thread ticker([&] {  // moves the server's clock past the deadline
+    while (waiting) {
+      t.clock.Advance(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
   grpc::Status s = OpenAndWait(t.server.grpc_port(), "t1");
+  waiting = false;
+  ticker.join();
   // Cancelled by the server: the client sees CANCELLED.
   EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
   EXPECT_EQ(Rejected(t.server, RejectReason::kNoFirstBatch), 1u);
