@@ -286,13 +286,14 @@ class Agent:
     """A simulated node: vigil-agent --simulate, with a disk spool and /metrics."""
 
     def __init__(self, env, server_addr, node, job, scenario="healthy", fault_node=None,
-                 fault_at=None, seed=1, interval=1.0, spool=True, gpus=8):
+                 fault_at=None, seed=1, interval=1.0, spool=True, gpus=8, metrics=True):
         self.env, self.node, self.job, self.scenario = env, node, job, scenario
-        self.mport = free_port()
+        self.mport = free_port() if metrics else None
         argv = [env.bins["vigil-agent"], "--server", server_addr, "--insecure",
                 "--node", node, "--job", job, f"--simulate={scenario}",
-                "--interval", str(interval), "--seed", str(seed), "--gpus", str(gpus),
-                "--metrics-listen", f"127.0.0.1:{self.mport}"]
+                "--interval", str(interval), "--seed", str(seed), "--gpus", str(gpus)]
+        if metrics:
+            argv += ["--metrics-listen", f"127.0.0.1:{self.mport}"]
         if spool:
             argv += ["--spool-dir", str(env.dir / f"spool-{node}-{job}"), "--spool-max-mb", "64"]
         if fault_node:
@@ -305,6 +306,8 @@ class Agent:
         self.last_metrics = {}
 
     def metrics(self):
+        if not self.mport:
+            return {}
         status, body = http(f"http://127.0.0.1:{self.mport}/metrics", timeout=5)
         if status == 200 and isinstance(body, str):
             self.last_metrics = parse_metrics(body)
