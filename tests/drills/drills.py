@@ -183,6 +183,13 @@ def check_actions(res, server, actuator, seen_actions):
               f"{len(actions)} actions, {sum(started.values())} performed by the actuator"
               + (f"; performed twice: {twice}" if twice else "")
               + (f"; one decision made into two actions: {twice_key}" if twice_key else ""))
+    # One fault, one action per kind and target: a restart must not make a
+    # new incident for the same fault and act on its target again.
+    per_target = collections.Counter((a["action"], a.get("job", ""), a.get("node", ""))
+                                     for a in actions if a.get("verdict") == "run")
+    again = [f"{k[0]} {k[1]}/{k[2]} x{n}" for k, n in per_target.items() if n > 1]
+    res.check("no target acted on twice (same action, job and node)", not again,
+              "; ".join(again) or f"{len(per_target)} targets")
     # P1 actions wait for an operator (pending_approval) by design; every
     # action Vigil decided to run must be done, and recorded done.
     to_run = [a for a in actions if a.get("verdict") == "run"]
@@ -228,8 +235,9 @@ def check_incidents(res, server, watcher, fault_agents, kills=()):
         if not mine:
             missing.append(f"{a.scenario} on {a.node} ({a.job})")
         per_kind = collections.defaultdict(list)
-        for i in mine:
-            per_kind[i["kind"]].append(i["ts"])
+        for i in final.values():  # every kind the fault raised, not only the main one
+            if i.get("job") == a.job:
+                per_kind[i["kind"]].append(i["ts"])
         for k, ts in per_kind.items():
             if len(ts) > 1:
                 later = sorted(ts)[1:]
