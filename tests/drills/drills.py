@@ -20,6 +20,7 @@ import platform
 import random
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -796,6 +797,9 @@ def run_drill(name, bins, args):
     except Skip as e:
         res.skipped = str(e)
         log(f"  SKIPPED: {e}")
+    except KeyboardInterrupt as e:
+        res.error = f"interrupted ({e})"
+        raise
     except Exception as e:  # noqa: BLE001 - every failure is reported
         res.error = f"{type(e).__name__}: {e}"
         log(f"  ERROR: {res.error}")
@@ -897,6 +901,10 @@ def main():
         return 2
     global OPTS
     OPTS = args
+
+    def stop(sig, _frame):  # SIGTERM/SIGINT: unwind, so each drill cleans up
+        raise KeyboardInterrupt(f"signal {sig}")
+    signal.signal(signal.SIGTERM, stop)
     log(f"drills {names}, {'short' if args.short else 'full'} form, seed {args.seed}, binaries from {args.build}")
     results = [run_drill(n, bins, args) for n in names]
     print("\nsummary:")

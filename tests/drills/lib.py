@@ -104,6 +104,15 @@ def pct(values, q):
     return v[min(len(v) - 1, int(round(q / 100 * (len(v) - 1))))]
 
 
+def _die_with_parent():
+    """Children die with the runner even when it is SIGKILLed (a ctest timeout)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+
+
 class Proc:
     def __init__(self, env, name, argv, extra_env=None):
         self.name, self.argv = name, argv
@@ -112,7 +121,8 @@ class Proc:
         e = dict(os.environ)
         e.update(extra_env or {})
         self.p = subprocess.Popen(argv, stdout=self.logf, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, env=e, start_new_session=True)
+                                  stdin=subprocess.DEVNULL, env=e, start_new_session=True,
+                                  preexec_fn=_die_with_parent)
         self.pid = self.p.pid
 
     def alive(self):
