@@ -9,6 +9,17 @@ with the provider's error status, so the test sees both sides.
 
 Usage: receivers.py --port P --log FILE --twilio-sid AC.. --twilio-token T
                     --feishu-secret S --dingtalk-secret S
+                    [--mode-file FILE] [--forward-actions http://HOST:PORT]
+
+Fault injection (the reliability drills, tests/drills/): with --mode-file the
+file's first word, read at every request, says how to answer: "ok" (or no
+file) as above; "429 [SECONDS]" with Retry-After; "500"; "hang" (a black
+hole: the request is read, then held unanswered until the mode changes or
+120 s pass, and the connection is closed without an answer). Such requests
+are recorded too, with "status" (0 for hang) and "mode". With
+--forward-actions, requests under /v1/ are forwarded to the actuator at
+that address in mode "ok" (service "actuator"), so the actuator can be made
+to look down or overloaded the same way.
 """
 import argparse
 import base64
@@ -20,6 +31,8 @@ import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
+import urllib.error
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = None
@@ -29,6 +42,17 @@ LOCK = threading.Lock()
 def record(entry):
     with LOCK, open(ARGS.log, "a", encoding="utf-8") as f:
         f.write(json.dumps(entry) + "\n")
+
+
+def current_mode():
+    if not ARGS.mode_file:
+        return ["ok"]
+    try:
+        with open(ARGS.mode_file, encoding="utf-8") as f:
+            words = f.read().split()
+    except OSError:
+        words = []
+    return words or ["ok"]
 
 
 def b64_hmac(key, message, digest=hashlib.sha256):
@@ -49,10 +73,62 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def fault(self, raw, url):
+        """Answers per the mode file; returns True when the request is done."""
+        mode = current_mode()
+        if mode[0] == "ok":
+            return False
+        entry = {"service": "actuator" if url.path.startswith("/v1/") else "fault",
+                 "path": url.path, "ok": False, "errors": [], "mode": mode[0],
+                 "idempotency_key": self.headers.get("Idempotency-Key", ""),
+                 "fields": {}, "time": time.time()}
+        if mode[0] == "hang":
+            entry["status"] = 0
+            record(entry)
+            deadline = time.time() + 120
+            while time.time() < deadline and current_mode()[0] == "hang":
+                time.sleep(0.2)
+            self.close_connection = True
+            return True
+        status = 429 if mode[0] == "429" else 500
+        entry["status"] = status
+        record(entry)
+        data = json.dumps({"error": "injected %d" % status}).encode()
+        self.send_response(status)
+        if status == 429 and len(mode) > 1:
+            self.send_header("Retry-After", mode[1])
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        return True
+
+    def forward(self, raw, url):
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in ("host", "content-length", "connection")}
+        request = urllib.request.Request(ARGS.forward_actions + self.path, data=raw,
+                                         headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as r:
+                status, body, ctype = r.status, r.read(), r.headers.get("Content-Type")
+        except urllib.error.HTTPError as e:
+            status, body, ctype = e.code, e.read(), e.headers.get("Content-Type")
+        except OSError as e:
+            status, body, ctype = 502, json.dumps({"error": str(e)}).encode(), None
+        record({"service": "actuator", "path": url.path, "ok": status < 300, "errors": [],
+                "idempotency_key": self.headers.get("Idempotency-Key", ""),
+                "fields": {}, "status": status, "mode": "ok", "time": time.time()})
+        self.reply(status, body, ctype or "application/json")
+
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
         url = urllib.parse.urlsplit(self.path)
+        if self.fault(raw, url):
+            return
+        if ARGS.forward_actions and url.path.startswith("/v1/"):
+            self.forward(raw, url)
+            return
         query = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
         errors, fields, service = [], {}, "unknown"
         status, answer = 200, "ok"
@@ -136,7 +212,7 @@ class Handler(BaseHTTPRequestHandler):
             answer = json.dumps({"errors": errors})
         record({"service": service, "path": url.path, "ok": not errors, "errors": errors,
                 "idempotency_key": self.headers.get("Idempotency-Key", ""),
-                "fields": fields, "time": time.time()})
+                "fields": fields, "status": status, "mode": "ok", "time": time.time()})
         self.reply(status, answer)
 
 
@@ -149,6 +225,8 @@ def main():
     p.add_argument("--twilio-token", default="twilio-token")
     p.add_argument("--feishu-secret", default="feishu-secret")
     p.add_argument("--dingtalk-secret", default="dingtalk-secret")
+    p.add_argument("--mode-file", default="")
+    p.add_argument("--forward-actions", default="")
     ARGS = p.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
     print(f"receivers listening on 127.0.0.1:{ARGS.port}", file=sys.stderr, flush=True)
