@@ -49,6 +49,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -106,6 +108,22 @@ absl::Status FromRocksWrite(const rocksdb::Status& s, std::string_view what) {
   if (s.IsCorruption()) return FromRocks(s, what);
   return WriteError(what, s.ToString());
 }
+
+// RocksDB's messages of WARN and above, on stderr. Its default logger
+// writes a LOG file in the data dir, and once a write to that file has
+// failed (a read-only or full file system) the next message aborts the
+// process in RocksDB 7.8 (an assertion in its file writer, left on in
+// Debian's build) - the very moment the store tries to recover.
+class StderrLogger : public rocksdb::Logger {
+ public:
+  StderrLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    std::vsnprintf(line, sizeof line, format, ap);
+    std::fprintf(stderr, "rocksdb: %s\n", line);
+  }
+};
 
 // Key of a quarantined value of family `family` under `key`.
 std::string QuarantineKey(Cf family, const rocksdb::Slice& key) {
@@ -296,6 +314,13 @@ class RocksDbStore : public SeriesStore {
   // Notes a failed write outside mu_ (events, state, index, maintenance):
   // health turns degraded until the next successful recovery pass.
   void NoteError(const absl::Status& s) ABSL_LOCKS_EXCLUDED(health_mu_);
+  // Writes `batch` unless an earlier write failed and recovery has not
+  // succeeded since: then the database is left alone (only DB::Resume()
+  // may touch it; RocksDB must not reuse a file writer that failed) and
+  // that failure is returned. A failure marks the database failed.
+  absl::Status DbWrite(const rocksdb::WriteOptions& options,
+                       rocksdb::WriteBatch* batch, std::string_view what)
+      ABSL_LOCKS_EXCLUDED(health_mu_);
   // Applies validated frames to the open blocks; closed blocks go to `batch`.
   void ApplyFrames(std::span<const FrameColumns> frames, AppendResult* result,
                    rocksdb::WriteBatch* batch)
@@ -383,6 +408,9 @@ class RocksDbStore : public SeriesStore {
   // Health outside the append path; a leaf lock.
   mutable absl::Mutex health_mu_;
   absl::Status other_error_ ABSL_GUARDED_BY(health_mu_);
+  // A database write failed; recovery has not succeeded since.
+  std::atomic<bool> db_failed_{false};
+  absl::Status db_error_ ABSL_GUARDED_BY(health_mu_);
   std::atomic<uint64_t> write_errors_{0};
   std::atomic<uint64_t> recoveries_{0};
   std::atomic<uint64_t> quarantined_{0};
@@ -407,6 +435,7 @@ absl::Status RocksDbStore::Init() {
   db_options.max_background_jobs = 2;
   db_options.max_total_wal_size = 64 << 20;
   if (options_.env != nullptr) db_options.env = options_.env;
+  db_options.info_log = std::make_shared<StderrLogger>();
   const auto supported = rocksdb::GetSupportedCompressions();
   const bool has_zstd = std::find(supported.begin(), supported.end(),
                                   rocksdb::kZSTD) != supported.end();
@@ -625,7 +654,7 @@ absl::Status RocksDbStore::WriteLocked(rocksdb::WriteBatch* batch) {
   if (batch->Count() == 0) return absl::OkStatus();
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  absl::Status s = FromRocksWrite(db_->Write(write, batch), "cannot write chunks");
+  absl::Status s = DbWrite(write, batch, "cannot write chunks");
   if (!s.ok()) {
     ++write_errors_;
     owed_.push_back(std::move(*batch));
@@ -661,7 +690,7 @@ absl::Status RocksDbStore::Checkpoint() {
   (void)batch.Put(cf(kMeta), kLogStartKey, U64Value(number));
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  absl::Status s = FromRocksWrite(db_->Write(write, &batch), "cannot checkpoint");
+  absl::Status s = DbWrite(write, &batch, "cannot checkpoint");
   if (!s.ok()) {
     // The old segments stay in the replay range; undo the bookkeeping.
     for (auto [id, start] : written) {
@@ -718,10 +747,9 @@ absl::StatusOr<SeriesId> RocksDbStore::Resolve(const SeriesKey& key) {
   const SeriesId id = static_cast<SeriesId>(keys_.size());
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  if (absl::Status s = FromRocksWrite(
-          db_->Put(write, cf(kIndex), IndexKey(id), EncodeSeriesKey(normal)),
-          "cannot persist series");
-      !s.ok()) {
+  rocksdb::WriteBatch batch;
+  (void)batch.Put(cf(kIndex), IndexKey(id), EncodeSeriesKey(normal));
+  if (absl::Status s = DbWrite(write, &batch, "cannot persist series"); !s.ok()) {
     NoteError(s);
     return s;
   }
@@ -775,7 +803,10 @@ absl::Status RocksDbStore::Append(std::span<const FrameColumns> frames,
       // A segment that cannot be trusted any more needs a new one.
       maintenance_due = log_->broken();
     } else {
-      log_error_ = absl::OkStatus();
+      if (!log_error_.ok()) {  // the cause went away
+        log_error_ = absl::OkStatus();
+        ++recoveries_;
+      }
       rocksdb::WriteBatch batch;
       ApplyFrames(frames, &local, &batch);
       appended_ += local.accepted;
@@ -943,9 +974,7 @@ absl::StatusOr<uint64_t> RocksDbStore::AppendEvent(const Event& event) {
   (void)batch.Put(cf(kMeta), kNextSeqKey, U64Value(seq + 1));
   rocksdb::WriteOptions write;
   write.sync = true;
-  if (absl::Status s =
-          FromRocksWrite(db_->Write(write, &batch), "cannot append event");
-      !s.ok()) {
+  if (absl::Status s = DbWrite(write, &batch, "cannot append event"); !s.ok()) {
     NoteError(s);
     return s;
   }
@@ -958,10 +987,10 @@ absl::Status RocksDbStore::PutState(std::string_view key,
   if (key.empty()) return absl::InvalidArgumentError("state key is empty");
   rocksdb::WriteOptions write;
   write.sync = true;
-  absl::Status s = FromRocksWrite(
-      db_->Put(write, cf(kMeta), absl::StrCat(kStatePrefix, std::string(key)),
-               rocksdb::Slice(value.data(), value.size())),
-      "cannot store state");
+  rocksdb::WriteBatch batch;
+  (void)batch.Put(cf(kMeta), absl::StrCat(kStatePrefix, std::string(key)),
+                  rocksdb::Slice(value.data(), value.size()));
+  absl::Status s = DbWrite(write, &batch, "cannot store state");
   if (!s.ok()) NoteError(s);
   return s;
 }
@@ -1012,6 +1041,7 @@ absl::Status RocksDbStore::Flush() {
     VIGIL_RETURN_IF_ERROR(refusal_);
     VIGIL_RETURN_IF_ERROR(Checkpoint());
   }
+  if (db_failed_) return absl::UnavailableError("storage refuses writes: not flushed");
   VIGIL_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions(), handles_),
                                   "cannot flush memtables"));
   // The open family is small and mostly deleted pieces: drop them now.
@@ -1098,8 +1128,7 @@ absl::StatusOr<bool> RocksDbStore::RollUpDay(int64_t day) {
                             range_end);
     absl::MutexLock l(&mu_);
     if (late_writes_ != generation) return false;
-    VIGIL_RETURN_IF_ERROR(FromRocksWrite(db_->Write(rocksdb::WriteOptions(), &batch),
-                                         "cannot write rollups"));
+    VIGIL_RETURN_IF_ERROR(DbWrite(rocksdb::WriteOptions(), &batch, "cannot write rollups"));
     quarantined_ += quarantined;
   }
   return true;
@@ -1154,9 +1183,9 @@ absl::Status RocksDbStore::EnforceRetention() {
       KeyDay(it->key()) <= rollup_last) {
     const std::string begin = it->key().ToString();
     const std::string end = RollupKey(rollup_last + 1, 0);
-    VIGIL_RETURN_IF_ERROR(FromRocks(
-        db_->DeleteRange(rocksdb::WriteOptions(), cf(kRollup), begin, end),
-        "cannot delete rollups"));
+    rocksdb::WriteBatch range;
+    (void)range.DeleteRange(cf(kRollup), begin, end);
+    VIGIL_RETURN_IF_ERROR(DbWrite(rocksdb::WriteOptions(), &range, "cannot delete rollups"));
     const rocksdb::Slice end_slice(end);
     VIGIL_RETURN_IF_ERROR(FromRocks(
         db_->CompactRange(rocksdb::CompactRangeOptions(), cf(kRollup), nullptr, &end_slice),
@@ -1183,8 +1212,7 @@ absl::Status RocksDbStore::ExpireSeries(int64_t last_day) {
   }
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  VIGIL_RETURN_IF_ERROR(
-      FromRocksWrite(db_->Write(write, &batch), "cannot expire series"));
+  VIGIL_RETURN_IF_ERROR(DbWrite(write, &batch, "cannot expire series"));
   absl::MutexLock index(&index_mu_);
   for (SeriesId id : expired) {
     blocks_[id] = Block{.expired = true};
@@ -1239,7 +1267,7 @@ void RocksDbStore::MaintenanceLoop() {
     }
     {
       absl::MutexLock h(&health_mu_);
-      failing = failing || !other_error_.ok();
+      failing = failing || !other_error_.ok() || db_failed_;
     }
     if (failing) {
       TryRecover();
@@ -1265,10 +1293,11 @@ void RocksDbStore::TryRecover() {
   absl::MutexLock l(&mu_);
   // Resume() is a no-op unless a background error stopped the database.
   absl::Status s = FromRocksWrite(db_->Resume(), "cannot resume the database");
+  if (s.ok()) db_failed_ = false;
   while (s.ok() && !owed_.empty()) {
     rocksdb::WriteOptions write;
     write.sync = options_.sync_frame_log;
-    s = FromRocksWrite(db_->Write(write, &owed_.front()), "cannot write chunks");
+    s = DbWrite(write, &owed_.front(), "cannot write chunks");
     if (s.ok()) owed_.erase(owed_.begin());
   }
   // A fresh segment: the failing one may have lost its tail on the way.
@@ -1286,6 +1315,22 @@ void RocksDbStore::TryRecover() {
     other_error_ = absl::OkStatus();
   }
   ++recoveries_;
+}
+
+absl::Status RocksDbStore::DbWrite(const rocksdb::WriteOptions& options,
+                                   rocksdb::WriteBatch* batch,
+                                   std::string_view what) {
+  if (db_failed_) {
+    absl::MutexLock h(&health_mu_);
+    return db_error_;
+  }
+  absl::Status s = FromRocksWrite(db_->Write(options, batch), what);
+  if (!s.ok() && s.code() == absl::StatusCode::kUnavailable) {
+    db_failed_ = true;
+    absl::MutexLock h(&health_mu_);
+    db_error_ = s;
+  }
+  return s;
 }
 
 absl::Status RocksDbStore::Health() const {

@@ -506,14 +506,74 @@ def storage_signals(server):
     return rs, rb, hs, hb, m, inc
 
 
+def watch_fault(res, phase, server, agents, seconds=25):
+    """Watches the loud signals of a storage fault for up to `seconds`;
+    records one check per signal. Returns whether the server is alive."""
+    t = time.time()
+    seen = {}
+    pend0 = sum(a.metric("vigil_agent_pending_batches", 0) for a in agents)
+    rs = rb = hs = hb = None
+    m = {}
+    while time.time() - t < seconds:
+        if not server.proc.alive():
+            break
+        rs, rb, hs, hb, m, inc = storage_signals(server)
+        if rs == 503 and isinstance(rb, dict) and rb.get("ready") is False and rb.get("storage"):
+            seen.setdefault("readyz", (time.time() - t, rb.get("storage")))
+        if hs == 200 and isinstance(hb, dict) and hb.get("status") == "degraded":
+            seen.setdefault("healthz", (time.time() - t, ""))
+        if m.get("vigil_storage_healthy") == 0 and m.get("vigil_storage_write_errors_total", 0) > 0:
+            seen.setdefault("metrics", (time.time() - t, m.get("vigil_storage_write_errors_total")))
+        if any(i["severity"] == "P1" and i.get("state") != "resolved" for i in inc):
+            seen.setdefault("incident", (time.time() - t, ""))
+        if len(seen) == 4 and time.time() - t > 8:
+            break
+        time.sleep(0.5)
+    alive = server.proc.alive()
+    pend = sum(a.metric("vigil_agent_pending_batches", 0) for a in agents)
+    res.check(f"{phase}: the server stays up", alive,
+              "" if alive else f"it exited (status {server.proc.p.returncode}): "
+              + server.proc.tail(3).replace("\n", " / ")[-300:])
+    res.check(f"{phase}: /readyz 503 naming the storage problem", "readyz" in seen,
+              f"after {seen['readyz'][0]:.1f} s: {seen['readyz'][1]}" if "readyz" in seen
+              else f"last answer {rs} {str(rb)[:100]}")
+    res.check(f"{phase}: /healthz 200 with status degraded", "healthz" in seen,
+              f"after {seen['healthz'][0]:.1f} s" if "healthz" in seen else f"last answer {hs} {str(hb)[:100]}")
+    res.check(f"{phase}: /metrics vigil_storage_healthy 0, vigil_storage_write_errors_total > 0",
+              "metrics" in seen, f"errors {seen['metrics'][1]}" if "metrics" in seen
+              else f"vigil_storage_healthy={m.get('vigil_storage_healthy')} "
+                   f"errors={m.get('vigil_storage_write_errors_total')}")
+    res.check(f"{phase}: a P1 storage_degraded incident fires", "incident" in seen,
+              f"after {seen['incident'][0]:.1f} s" if "incident" in seen else "none")
+    res.check(f"{phase}: agents are refused and keep their batches", alive and pend > pend0 + 5,
+              f"agents' pending batches {pend0:.0f} -> {pend:.0f}")
+    codes = collections.Counter()
+    for a in agents:
+        lines = a.proc.log_path.read_text(errors="replace").splitlines()
+        for line in lines[a.__dict__.get("_seen", 0):]:
+            mm = re.search(r"ended \(code (\d+): ([^)]{0,80})", line)
+            if mm:
+                codes[f"code {mm.group(1)}: {mm.group(2)[:60]}"] += 1
+        a._seen = len(lines)
+    res.check(f"{phase}: the refusal is gRPC UNAVAILABLE (code 14), a clear retry-later",
+              codes and all(c.startswith("code 14") for c in codes),
+              "; ".join(f"{k}... x{n}" for k, n in codes.items()) or "no refusal in the agents' logs")
+    return alive
+
+
 def drill_disk(env, res, short, seed):
-    res.injected = ("the server's data dir is a 64 MiB tmpfs: filled to ENOSPC by another file, "
-                    "then freed; then its bind mount is remounted read-only (new files fail with "
-                    "EROFS; files already open stay writable, the kernel allows no more on a busy "
-                    "mount), then read-write — without restarting the server")
-    res.times = "1 disk full + 1 read-only"
+    res.injected = ("(1) the server's data dir is a 64 MiB tmpfs, filled to ENOSPC by another "
+                    "file, then freed, without restarting the server; (2) the data dir is an ext4 "
+                    "image mounted with errors=remount-ro whose file system is then failed "
+                    "(trigger_fs_error), so the kernel turns it read-only under the running "
+                    "server - files already open included -, then the operator's repair: stop, "
+                    "fsck, mount read-write, start")
+    res.times = "1 disk full + 1 read-only file system"
     if os.geteuid() != 0:
-        raise Skip("needs root to mount a tmpfs for the data dir (CI runs as root)")
+        raise Skip("needs root to mount a tmpfs and an ext4 image for the data dir (CI runs as root)")
+    extra = {"storage": {"incident_after_seconds": 3}}
+
+    # Phase 1: disk full, recovery without a restart.
     data = env.dir / "data"
     data.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(data)],
@@ -521,117 +581,92 @@ def drill_disk(env, res, short, seed):
     if r.returncode != 0:
         raise Skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
     env.mounts.append(data)
-    # A bind mount on top, so the read-only phase can flip just this mount:
-    # the kernel refuses to make a busy tmpfs read-only (EBUSY while the
-    # server holds files open for writing), a bind mount it flips at once
-    # (files already open stay writable, new files fail with EROFS).
-    subprocess.run(["mount", "--bind", str(data), str(data)], check=True)
-    env.mounts.append(data)
-    server = Server(env, server_config(env, data))
+    server = Server(env, server_config(env, data, extra=extra))
     server.start()
     agents = [Agent(env, server.grpc, f"d{i}", "djob", seed=seed) for i in range(2)]
-    res.load = "2 simulated 8-GPU nodes at 1 Hz with disk spools (outside the tmpfs)"
+    res.load = "2 simulated 8-GPU nodes at 1 Hz with disk spools (outside the data dir)"
     wait_until(lambda: all(a.metric("vigil_agent_batches_acked_total", 0) >= 5 for a in agents), 30)
     rs, rb, *_ = storage_signals(server)
     res.check("healthy: GET /readyz is 200 {\"ready\": true}", rs == 200 and isinstance(rb, dict) and rb.get("ready") is True,
-              f"{rs} {str(rb)[:120]}" + (" — this server has no /readyz (the storage-failure "
-                                        "interface is not in this build)" if rs == 404 else ""))
+              f"{rs} {str(rb)[:120]}")
     pid = server.proc.pid
-
-    for phase in ("disk full", "read-only"):
-        log(f"  {phase}")
-        filler = data / "filler"
-        if phase == "disk full":
-            n = fill_disk(filler)
-            res.fact("filler written until ENOSPC (MiB)", f"{n / 2**20:.1f}")
-        else:
-            out = subprocess.run(["mount", "-o", "remount,bind,ro", str(data)], capture_output=True, text=True)
-            if out.returncode != 0:
-                res.check("remount read-only", False, out.stderr.strip())
-                continue
-        t = time.time()
-        seen = {}
-        pend0 = sum(a.metric("vigil_agent_pending_batches", 0) for a in agents)
-        while time.time() - t < 25:
-            if not server.proc.alive():
-                break
-            rs, rb, hs, hb, m, inc = storage_signals(server)
-            if rs == 503 and isinstance(rb, dict) and rb.get("ready") is False and rb.get("storage"):
-                seen.setdefault("readyz", (time.time() - t, rb.get("storage")))
-            if hs == 200 and isinstance(hb, dict) and hb.get("status") == "degraded":
-                seen.setdefault("healthz", (time.time() - t, ""))
-            if m.get("vigil_storage_healthy") == 0 and m.get("vigil_storage_errors_total", 0) > 0:
-                seen.setdefault("metrics", (time.time() - t, m.get("vigil_storage_errors_total")))
-            if any(i["severity"] == "P1" and i.get("escalation", {}).get("lifecycle", i.get("state")) != "resolved"
-                   for i in inc):
-                seen.setdefault("incident", (time.time() - t, ""))
-            if len(seen) == 4 and time.time() - t > 8:
-                break
-            time.sleep(0.5)
-        alive = server.proc.alive()
-        pend = sum(a.metric("vigil_agent_pending_batches", 0) for a in agents)
-        res.check(f"{phase}: the server stays up", alive,
-                  "" if alive else f"it exited (status {server.proc.p.returncode}): "
-                  + server.proc.tail(3).replace("\n", " / ")[-300:])
-        res.check(f"{phase}: /readyz 503 naming the storage problem", "readyz" in seen,
-                  f"after {seen['readyz'][0]:.1f} s: {seen['readyz'][1]}" if "readyz" in seen
-                  else f"last answer {rs} {str(rb)[:100]}")
-        res.check(f"{phase}: /healthz 200 with status degraded", "healthz" in seen,
-                  f"after {seen['healthz'][0]:.1f} s" if "healthz" in seen else f"last answer {hs} {str(hb)[:100]}")
-        res.check(f"{phase}: /metrics vigil_storage_healthy 0, vigil_storage_errors_total > 0",
-                  "metrics" in seen, f"errors {seen['metrics'][1]}" if "metrics" in seen
-                  else f"vigil_storage_healthy={m.get('vigil_storage_healthy')} errors={m.get('vigil_storage_errors_total')}")
-        res.check(f"{phase}: a P1 storage_degraded incident fires", "incident" in seen,
-                  f"after {seen['incident'][0]:.1f} s" if "incident" in seen else "none")
-        res.check(f"{phase}: agents are refused and keep their batches", alive and pend > pend0 + 5,
-                  f"agents' pending batches {pend0:.0f} -> {pend:.0f}")
-        codes = collections.Counter()
-        for a in agents:
-            for line in a.proc.log_path.read_text(errors="replace").splitlines()[a.__dict__.get("_seen", 0):]:
-                mm = re.search(r"ended \(code (\d+): ([^)]{0,80})", line)
-                if mm:
-                    codes[f"code {mm.group(1)}: {mm.group(2)[:60]}"] += 1
-            a._seen = len(a.proc.log_path.read_text(errors="replace").splitlines())
-        res.check(f"{phase}: the refusal is gRPC UNAVAILABLE (code 14), a clear retry-later",
-                  codes and all(c.startswith("code 14") for c in codes),
-                  "; ".join(f"{k}... x{n}" for k, n in codes.items()) or "no refusal in the agents' logs")
-        # Undo the fault.
-        if phase == "disk full":
-            filler.unlink()
-        else:
-            subprocess.run(["mount", "-o", "remount,bind,rw", str(data)], capture_output=True)
-        t = time.time()
-        if not server.proc.alive():
-            res.notes.append(f"The server died in the {phase} phase; restarted on the same data dir "
-                             "to go on with the drill.")
-            try:
-                server.start()
-                pid = server.proc.pid
-            except DrillError as e:
-                res.check(f"{phase}: the server starts again on its data dir", False, str(e)[-300:])
-                raise
-        ok = wait_until(lambda: (lambda s: s[0] == 200 and s[4].get("vigil_storage_healthy") == 1
-                                 and s[4].get("vigil_storage_recoveries_total", 0) >= 1)(storage_signals(server)), 30, 0.5)
-        rs, rb, hs, hb, m, inc = storage_signals(server)
-        res.check(f"{phase}: recovers without a restart once the fault is gone",
-                  bool(ok) and server.proc.pid == pid and server.proc.alive(),
-                  f"readyz {rs}, vigil_storage_healthy={m.get('vigil_storage_healthy')}, "
-                  f"recoveries={m.get('vigil_storage_recoveries_total')}, same process: {server.proc.pid == pid}")
-        resolved = wait_until(lambda: inc and all(i.get("escalation", {}).get("lifecycle", i.get("state")) == "resolved"
-                                                  for i in [x for x in server.incidents() if x["kind"] == "storage_degraded"]), 15)
-        res.check(f"{phase}: the storage_degraded incident resolves", bool(resolved),
-                  f"{len(inc)} storage_degraded incidents")
-        drained = wait_drained(agents, 60)
-        res.check(f"{phase}: agents' spools drain", drained, "")
+    log("  disk full")
+    filler = data / "filler"
+    n = fill_disk(filler)
+    res.fact("filler written until ENOSPC (MiB)", f"{n / 2**20:.1f}")
+    watch_fault(res, "disk full", server, agents)
+    filler.unlink()
+    ok = wait_until(lambda: (lambda s: s[0] == 200 and s[4].get("vigil_storage_healthy") == 1
+                             and s[4].get("vigil_storage_recoveries_total", 0) >= 1)(storage_signals(server)), 30, 0.5)
+    rs, rb, hs, hb, m, inc = storage_signals(server)
+    res.check("disk full: recovers without a restart once space returns",
+              bool(ok) and server.proc.pid == pid and server.proc.alive(),
+              f"readyz {rs}, vigil_storage_healthy={m.get('vigil_storage_healthy')}, "
+              f"recoveries={m.get('vigil_storage_recoveries_total')}, same process: {server.proc.pid == pid}")
+    resolved = wait_until(lambda: (lambda inc: inc and all(i.get("state") == "resolved" for i in inc))(
+        [x for x in server.incidents() if x["kind"] == "storage_degraded"]), 15)
+    res.check("disk full: the storage_degraded incident resolves", bool(resolved), "")
+    res.check("disk full: agents' spools drain", wait_drained(agents, 60), "")
     for a in agents:
         a.stop()
-    check_exactly_once(res, server, agents, "acked sample (across both faults)")
+    check_exactly_once(res, server, agents, "acked sample of the disk-full phase")
     server.sigkill()
     try:
         server.start()
-        check_exactly_once(res, server, agents, "acked sample after a restart on the same data dir")
+        check_exactly_once(res, server, agents, "acked sample of the disk-full phase after a restart")
     except DrillError as e:
-        res.check("the data dir opens again after the faults", False, str(e)[-300:])
+        res.check("the data dir opens again after the disk-full phase", False, str(e)[-300:])
+    server.sigkill()
+
+    # Phase 2: the file system turns read-only under the server.
+    log("  read-only file system")
+    image, ro = env.dir / "ext4.img", env.dir / "ro"
+    ro.mkdir()
+    steps = [["truncate", "-s", "128M", str(image)], ["mkfs.ext4", "-q", "-F", str(image)],
+             ["mount", "-o", "loop,errors=remount-ro", str(image), str(ro)]]
+    for step in steps:
+        out = subprocess.run(step, capture_output=True, text=True)
+        if out.returncode != 0:
+            res.notes.append(f"Read-only phase skipped: `{' '.join(step)}` failed: {out.stderr.strip()}")
+            return
+    env.mounts.append(ro)
+    device = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(ro)], capture_output=True,
+                            text=True).stdout.strip()
+    trigger = Path(f"/sys/fs/ext4/{os.path.basename(device)}/trigger_fs_error")
+    if not trigger.exists():
+        res.notes.append(f"Read-only phase skipped: {trigger} is missing (kernel without it)")
+        return
+    # A failing file system drops what is only in the page cache: acked
+    # samples survive it only with sync_frame_log (see the README).
+    server = Server(env, server_config(env, ro / "data", extra={
+        "storage": {"incident_after_seconds": 3, "sync_frame_log": True}}), name="server-ro")
+    server.start()
+    agents = [Agent(env, server.grpc, f"r{i}", "rjob", seed=seed + 1) for i in range(2)]
+    wait_until(lambda: all(a.metric("vigil_agent_batches_acked_total", 0) >= 5 for a in agents), 30)
+    trigger.write_text("1")
+    watch_fault(res, "read-only", server, agents)
+    # No remount read-write is possible after a file system error: the
+    # operator stops the server, repairs and remounts, and starts it.
+    server.sigkill()
+    subprocess.run(["umount", str(ro)], capture_output=True)
+    fsck = subprocess.run(["fsck.ext4", "-p", str(image)], capture_output=True, text=True)
+    out = subprocess.run(["mount", "-o", "loop", str(image), str(ro)], capture_output=True, text=True)
+    if out.returncode != 0:
+        res.check("read-only: the repaired file system mounts read-write", False,
+                  f"fsck {fsck.returncode}: {out.stderr.strip()}")
+        return
+    try:
+        server.start()
+    except DrillError as e:
+        res.check("read-only: the server starts again on its repaired data dir", False, str(e)[-300:])
+        raise
+    res.check("read-only: the server starts again on its repaired data dir", True, f"fsck exit {fsck.returncode}")
+    res.check("read-only: agents' spools drain after the repair", wait_drained(agents, 90), "")
+    for a in agents:
+        a.stop()
+    check_exactly_once(res, server, agents, "acked sample of the read-only phase")
+    server.sigkill()
+    subprocess.run(["umount", str(ro)], capture_output=True)
 
 
 # --- drill 5: soak --------------------------------------------------------------

@@ -337,6 +337,7 @@ TEST_F(RocksDbStoreTest, FrameLogWriteErrorsRefuseOnlyWhileTheyLast) {
   EXPECT_EQ(StoredFrames(store.get()), 5);  // nothing of frame 5 applied
   ASSERT_TRUE(AppendFrameAt(store.get(), 5).ok());
   EXPECT_TRUE(store->Health().ok());
+  EXPECT_EQ(store->Stats().recoveries, 1u);
   EXPECT_EQ(StoredFrames(store.get()), 6);
   store.reset();
   store = Open();
