@@ -185,9 +185,28 @@ absl::Status DetectionService::LoadStored() {
     }
     loaded[id] = std::move(payload["incident"]);
   }
+  std::vector<Inherited> inherited;
+  for (const auto& [id, incident] : loaded) {
+    if (incident.value("state", "") != IncidentStateName(IncidentState::kFiring)) continue;
+    auto text = [&](const char* key) {
+      const Json& v = incident.contains(key) ? incident[key] : Json(nullptr);
+      return v.is_string() ? v.get<std::string>() : v.is_number() ? v.dump() : "";
+    };
+    inherited.push_back(Inherited{.id = id,
+                                  .job = text("job"),
+                                  .node = text("node"),
+                                  .gpu = text("gpu"),
+                                  .hint_category = text("hint_category"),
+                                  .ts = incident.value("ts", 0.0),
+                                  .severity = text("severity"),
+                                  .kind = text("kind"),
+                                  .summary = text("summary"),
+                                  .hint = text("hint")});
+  }
   {
     std::lock_guard<std::mutex> l(pipeline_mu_);
     next_id_ = highest + 1;
+    inherited_ = std::move(inherited);
   }
   std::lock_guard<std::mutex> l(index_mu_);
   index_ = std::move(loaded);
@@ -295,12 +314,42 @@ void DetectionService::Publish(std::vector<IncidentUpdate>& updates) {
   SeriesStore& store = *options_.store;
   for (IncidentUpdate& u : updates) {
     auto [it, inserted] = server_ids_.try_emplace(u.incident.id);
+    if (inserted && u.type == UpdateType::kOpened &&
+        !absl::StartsWith(u.incident.id, "external-")) {
+      // The same fault as an incident firing before a restart: adopt it.
+      const std::string gpu = u.incident.gpu ? std::to_string(*u.incident.gpu) : "";
+      auto match = std::find_if(inherited_.begin(), inherited_.end(), [&](const Inherited& h) {
+        return h.job == u.incident.job && h.node == u.incident.node && h.gpu == gpu &&
+               h.hint_category == HintCategoryName(u.incident.hint_category);
+      });
+      if (match != inherited_.end()) {
+        it->second = match->id;
+        u.incident.ts = std::min(u.incident.ts, match->ts);
+        const std::optional<Severity> before = ParseSeverity(match->severity);
+        u.type = before && u.incident.severity < *before ? UpdateType::kSeverityRaised
+                                                         : UpdateType::kEvidenceAdded;
+        adopted_heads_[match->id] = *match;
+        inherited_.erase(match);
+        adopted_.fetch_add(1);
+        inserted = false;
+      }
+    }
     if (inserted) {
       it->second = absl::StrFormat("%s%06d", kIdPrefix, next_id_++);
       Event index_event{kIndexStream, u.ts, 0, Dump(Json{{"id", it->second}})};
       if (!store.AppendEvent(index_event).ok()) persist_errors_.fetch_add(1);
     }
     u.incident.id = it->second;
+    if (auto head = adopted_heads_.find(it->second); head != adopted_heads_.end()) {
+      const std::optional<Severity> stored = ParseSeverity(head->second.severity);
+      if (stored && *stored < u.incident.severity) {
+        u.incident.severity = *stored;
+        u.incident.kind = head->second.kind;
+        u.incident.summary = head->second.summary;
+        u.incident.hint = head->second.hint;
+      }
+      if (u.type == UpdateType::kResolved) adopted_heads_.erase(head);
+    }
     Json snapshot = IncidentToJson(u.incident, /*full=*/true);
     Json payload = {{"type", std::string(UpdateTypeName(u.type))},
                     {"ts", u.ts},
@@ -450,6 +499,7 @@ DetectionCounters DetectionService::counters() const {
     c.updates[i] = updates_by_type_[i].load();
   c.persist_errors = persist_errors_.load();
   c.unreadable = unreadable_;
+  c.adopted = adopted_.load();
   c.scheduler_queries = scheduler_queries_.load();
   c.scheduler_errors = scheduler_errors_.load();
   c.snapshots = snapshots_.load();

@@ -24,8 +24,12 @@
 // snapshot_seconds and at Stop(): baselines, runs in progress, job
 // profiles, repeat-offender history), so a restart - even a kill -9 - does
 // not send running jobs back to learning. An incident that was firing at
-// shutdown is not resolved or reopened by the new process: a recurring
-// fault opens a new incident.
+// shutdown is not resolved or reopened by the new process. A fault that
+// still holds after the restart is seen again by the fresh engine: its
+// first incident of the same job, node, GPU and hint category is taken as
+// the stored one (adopted: same server id, an evidence_added or
+// severity_raised update instead of "opened"), so a restart neither pages
+// again nor repeats an automatic action for a fault already handled.
 #ifndef VIGIL_SERVER_DETECTION_SERVICE_H_
 #define VIGIL_SERVER_DETECTION_SERVICE_H_
 
@@ -127,6 +131,9 @@ struct DetectionCounters {
   uint64_t persist_errors = 0;
   // Stored incidents skipped at Start() because their events are unreadable.
   uint64_t unreadable = 0;
+  // Incidents of the fresh engine taken as one that was firing before a
+  // restart (see the file comment).
+  uint64_t adopted = 0;
   // Scheduler queries made and failed (DetectionOptions::job_state).
   uint64_t scheduler_queries = 0;
   uint64_t scheduler_errors = 0;
@@ -238,6 +245,22 @@ class DetectionService : public FrameObserver {
   // Server id -> latest snapshot (full form). Ordered by id.
   std::map<std::string, nlohmann::json> index_ ABSL_GUARDED_BY(index_mu_);
 
+  // A stored incident firing at Start(), until the engine raises it again.
+  struct Inherited {
+    std::string id;
+    std::string job, node, gpu, hint_category;  // as stored ("" for null)
+    double ts = 0;
+    std::string severity, kind, summary, hint;
+  };
+  std::vector<Inherited> inherited_ ABSL_GUARDED_BY(pipeline_mu_);
+  // Adopted incidents by server id, until they resolve: the fresh engine
+  // may see less of the fault than the stored incident did (a counter's
+  // jump happened before the restart), and an incident must not look
+  // milder for it, so the stored severity, kind, summary and hint stay
+  // while the engine's are milder.
+  absl::flat_hash_map<std::string, Inherited> adopted_heads_
+      ABSL_GUARDED_BY(pipeline_mu_);
+  std::atomic<uint64_t> adopted_{0};
   std::atomic<uint64_t> frames_{0};
   std::atomic<uint64_t> snapshots_{0}, snapshot_errors_{0}, snapshot_bytes_{0};
   bool restored_ = false;  // set by Start() only

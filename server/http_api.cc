@@ -428,6 +428,10 @@ void HttpApi::InstallHandlers() {
     AppendFamily(&out, "vigil_detector_frames_total", "counter",
                  "Frames run through detection.");
     AppendSample(&out, "vigil_detector_frames_total", d.frames);
+    AppendFamily(&out, "vigil_incidents_adopted_total", "counter",
+                 "Incidents raised again after a restart and taken as the one "
+                 "that was firing before it (no new page, no repeated action).");
+    AppendSample(&out, "vigil_incidents_adopted_total", d.adopted);
     AppendFamily(&out, "vigil_incidents_open", "gauge",
                  "Firing incidents by severity (stored ones included).");
     for (size_t i = 0; i < d.open.size(); ++i) {

@@ -303,6 +303,40 @@ TEST(DetectionTest, IncidentsSurviveRestartWithoutReusingIds) {
   std::filesystem::remove_all(dir);
 }
 
+// A fault still there after a restart (kill -9 included) is raised again by
+// the fresh engine; it is the same incident, not a new one: no new id, no
+// "opened" (so no new page and no repeated automatic action).
+TEST(DetectionTest, AFaultStillThereAfterARestartIsTheSameIncident) {
+  const std::string dir = TempPath("adopt");
+  std::filesystem::remove_all(dir);
+  ServerOptions options = TestOptions();
+  options.memory = false;
+  options.data_dir = dir;
+  options.detection_snapshot_seconds = 0;  // as after a kill: nothing learned kept
+  {
+    TestServer t(options);
+    RaiseEccFault(t, "n1");
+    ASSERT_EQ(ListIds(t.server.http_port()), std::vector<std::string>{"inc-000001"});
+  }
+  TestServer t(options);
+  const int port = t.server.http_port();
+  t.clock.Advance(100);
+  RaiseEccFault(t, "n1");  // the same GPU's counters, seen anew
+  EXPECT_EQ(ListIds(port), std::vector<std::string>{"inc-000001"});
+  EXPECT_EQ(t.server.detection()->counters().adopted, 1u);
+  Json detail = GetJson(port, "/api/v1/incidents/inc-000001");
+  EXPECT_EQ(detail["state"], "firing");
+  EXPECT_EQ(detail["severity"], "P0");  // never milder for the restart
+  EXPECT_EQ(detail["kind"], "ecc_double_bit");
+  int opened = 0;
+  for (const Json& e : detail["timeline"]) opened += e["type"] == "opened";
+  EXPECT_EQ(opened, 1) << detail["timeline"].dump(1);
+  // Another node's fault is still a new incident.
+  RaiseEccFault(t, "n2");
+  EXPECT_EQ(ListIds(port), (std::vector<std::string>{"inc-000002", "inc-000001"}));
+  std::filesystem::remove_all(dir);
+}
+
 // The operator API over HTTP: tokens and roles, ack, silences, audit.
 TEST(DetectionTest, OperatorApiNeedsTheRightTokenAndChangesTheLifecycle) {
   ServerOptions options = TestOptions();
