@@ -407,6 +407,11 @@ struct Outbox::Impl {
     // pause_seconds (0: not paused).
     double pause_ts = 0;
     double pause_seconds = 0;
+    // After a send that failed, the receiver is not tried again before the
+    // failed item's next attempt (a send it accepts clears it); then the
+    // most urgent pending item goes, whoever's timer ran out, so a
+    // receiver that comes back gets P0 first.
+    double retry_ts = 0;
     std::condition_variable cv;  // wakes the sender threads
     std::vector<std::thread> senders;
   };
@@ -748,6 +753,10 @@ bool Outbox::Impl::TakeToken(const std::string& receiver, Lane& lane,
 
 Outbox::Impl::Entry* Outbox::Impl::PickLocked(Lane& lane, double now,
                                               double* wake, bool* give_up) {
+  // The most urgent item the receiver's pause lets go, and whether any
+  // item (its own timer, and the receiver's since its last failure) is due.
+  Entry* urgent = nullptr;
+  bool any_due = false;
   for (auto& [position, entry] : lane.queue) {
     if (entry->busy) continue;
     const double deadline =
@@ -758,23 +767,29 @@ Outbox::Impl::Entry* Outbox::Impl::PickLocked(Lane& lane, double now,
     }
     *wake = std::min(*wake, deadline);
     // The receiver's pause holds the item back up to its priority's cap.
-    const double due = std::max(
-        entry->status.next_attempt_ts,
+    const double released =
         lane.pause_ts +
-            std::min(lane.pause_seconds,
-                     options.max_retry_after_seconds[entry->item.priority]));
-    if (due > now) {
+        std::min(lane.pause_seconds,
+                 options.max_retry_after_seconds[entry->item.priority]);
+    if (released > now) {
+      *wake = std::min(*wake, released);
+      continue;
+    }
+    if (urgent == nullptr) urgent = entry;
+    const double due = std::max(entry->status.next_attempt_ts, lane.retry_ts);
+    if (due <= now) {
+      any_due = true;
+    } else {
       *wake = std::min(*wake, due);
-      continue;
     }
-    double ready_ts;
-    if (!TakeToken(ReceiverOf(*entry), lane, now, &ready_ts)) {
-      *wake = std::min(*wake, ready_ts);
-      continue;
-    }
-    return entry;
   }
-  return nullptr;
+  if (urgent == nullptr || !any_due) return nullptr;
+  double ready_ts;
+  if (!TakeToken(ReceiverOf(*urgent), lane, now, &ready_ts)) {
+    *wake = std::min(*wake, ready_ts);
+    return nullptr;
+  }
+  return urgent;
 }
 
 absl::Status Outbox::Impl::Persist(const Json& payload, double ts) {
@@ -946,6 +961,7 @@ Outbox::Impl::Outcome Outbox::Impl::GiveUp(const Entry& entry, double now,
 }
 
 void Outbox::Impl::Apply(Entry* entry, const Outcome& outcome, Lane& lane) {
+  const std::string receiver = ReceiverOf(*entry);
   Unqueue(entry);
   entry->cursor = outcome.cursor;
   const std::string state = outcome.status.state;
@@ -956,6 +972,15 @@ void Outbox::Impl::Apply(Entry* entry, const Outcome& outcome, Lane& lane) {
     lane.pause_seconds = *outcome.retry_after;
   } else if (outcome.accepted) {
     lane.pause_seconds = 0;
+  }
+  if (outcome.accepted) {
+    lane.retry_ts = 0;
+  } else if (outcome.sent) {
+    // Paced by the failed item's backoff, or the base one when it moved
+    // on to another receiver.
+    lane.retry_ts = ReceiverOf(*entry) == receiver && state == "pending"
+                        ? outcome.status.next_attempt_ts
+                        : outcome.status.updated_ts + options.base_backoff_seconds;
   }
   if (state == "pending") {
     Queue(entry);

@@ -31,11 +31,13 @@
 // (OutboxOptions::max_in_flight_per_receiver, each one request at a
 // time, each request limited to request_timeout_seconds), so a receiver
 // that hangs or throttles never delays another receiver's items. Within a
-// receiver, among the items that are due, the most urgent priority goes
-// first (P0 before P1 ...), then the oldest enqueued. A retrying item does
-// not hold back anything: it waits for its backoff while later items go
-// out before it. An item that fails over joins the next receiver's queue
-// at its priority and enqueue position.
+// receiver, whenever an item is due the most urgent pending one goes
+// (P0 before P1 ..., then the oldest enqueued), even if its own retry
+// timer has not run out: after a send fails, the receiver is tried again
+// only when the failed item's backoff has passed, and then with its most
+// urgent item, so a receiver that comes back after an outage gets its P0
+// pages first. An item that fails over joins the next receiver's queue at
+// its priority and enqueue position.
 //
 // Retry-After: a receiver's ask to wait W seconds holds back all its items
 // (a receiver-wide pause, in memory only), but an item of priority p waits

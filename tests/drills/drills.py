@@ -469,9 +469,15 @@ def drill_receivers(env, res, short, seed):
     if firsts:
         res.fact("pages waiting at recovery: all received within (s)",
                  f"{max(firsts.values()) - t_rec:.1f} ({len(firsts)} of {len(waiting)})")
+    # A page's urgency is its incident's severity when it was enqueued (the
+    # first word of its description, "P2 trigger via ..."): an incident that
+    # rose to P0 later pages again at P0, its earlier P2 page stays P2.
+    def page_severity(d):
+        word = d.get("description", "").split(" ", 1)[0]
+        return word if re.fullmatch(r"P[0-3]", word) else sev.get(d["incident_id"], "?")
     order_bad, orders = [], []
     for recv in sorted({d["receiver"] for d in waiting.values()}):
-        seq = sorted((t, sev.get(waiting[k]["incident_id"], "?")) for k, t in firsts.items()
+        seq = sorted((t, page_severity(waiting[k])) for k, t in firsts.items()
                      if waiting[k]["receiver"] == recv)
         sevs = [s for _, s in seq]
         orders.append(f"{recv}: {' '.join(sevs)}")
