@@ -207,8 +207,39 @@ WebhookReply ActionHandler::Refuse(int http_status, const std::string& error,
   record["result"] = "refused";
   record["http_status"] = http_status;
   record["error"] = std::string(error);
-  AuditOrWarn(record);
+  if (record.value("verified", true) || AuditUnsigned(record.value("ts", 0.0)))
+    AuditOrWarn(record);
   return reply;
+}
+
+bool ActionHandler::AuditUnsigned(double now) {
+  const double minute = std::floor(now / 60) * 60;
+  uint64_t summary = 0;
+  double summary_minute = 0;
+  bool audit;
+  {
+    std::lock_guard<std::mutex> l(unsigned_mu_);
+    if (minute != unsigned_minute_) {
+      summary = std::exchange(unsigned_unaudited_, 0);
+      summary_minute = unsigned_minute_;
+      unsigned_minute_ = minute;
+      unsigned_audited_ = 0;
+    }
+    audit = unsigned_audited_ < options_.max_unsigned_audits_per_minute;
+    if (audit) {
+      ++unsigned_audited_;
+    } else {
+      ++unsigned_unaudited_;
+    }
+  }
+  if (summary > 0)
+    AuditOrWarn({{"ts", now},
+                 {"time", Rfc3339(now)},
+                 {"result", "refused_unaudited"},
+                 {"count", summary},
+                 {"minute", Rfc3339(summary_minute)},
+                 {"error", "unsigned requests refused beyond the audit limit"}});
+  return audit;
 }
 
 absl::Status ActionHandler::CheckJobOnNode(ActionRequest& action,

@@ -33,6 +33,12 @@ struct ActionHandlerOptions {
   // Called with every audit record after it is written (e.g. to echo it
   // on stderr); may be empty.
   std::function<void(const nlohmann::json& record)> on_record;
+  // Requests refused for their signature (anyone who reaches the port can
+  // send them) audited per clock minute; past it they are counted, and one
+  // "refused_unaudited" record with the count follows, so a flood of
+  // forged requests cannot fill the disk. Signed requests are always
+  // audited.
+  int max_unsigned_audits_per_minute = 60;
 };
 
 // One signed POST (/v1/actions, /v1/jobs/query) as it arrived.
@@ -113,10 +119,20 @@ class ActionHandler {
   // scheduler could not answer (502, retried).
   absl::Status CheckJobOnNode(ActionRequest& action, std::string* note);
 
+  // Whether a refusal of an unsigned request at `now` is audited (see
+  // max_unsigned_audits_per_minute); writes the summary of the previous
+  // minute's unaudited ones when a new minute starts.
+  bool AuditUnsigned(double now);
+
   const ActionHandlerOptions options_;
   Scheduler& scheduler_;
   AuditLog& audit_;
   Clock& clock_;
+
+  std::mutex unsigned_mu_;
+  double unsigned_minute_ ABSL_GUARDED_BY(unsigned_mu_) = -1;
+  int unsigned_audited_ ABSL_GUARDED_BY(unsigned_mu_) = 0;
+  uint64_t unsigned_unaudited_ ABSL_GUARDED_BY(unsigned_mu_) = 0;
 
   mutable std::mutex mu_;
   std::condition_variable attempt_finished_;

@@ -25,7 +25,8 @@ CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1 ninja -C "$build" -j"$(nproc)" fuzzers
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(training_protocol_fuzz job_identity_fuzz chunk_fuzz replay_fuzz
-           action_request_fuzz config_fuzz)
+           action_request_fuzz config_fuzz frame_log_fuzz spool_fuzz ingest_fuzz
+           http_query_fuzz)
 fi
 summary=$build/fuzz-summary.txt
 : >"$summary"

@@ -271,7 +271,9 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                 &o.max_message_bytes);
     }
     if (auto it = root.find("http"); it != root.end() &&
-        r.CheckObject(*it, "http", {"max_points", "threads", "max_requests_per_client"})) {
+        r.CheckObject(*it, "http", {"max_points", "threads", "max_requests_per_client",
+                                    "secure_cookies"})) {
+      r.Bool(*it, "http", "secure_cookies", &o.http_secure_cookies);
       r.Integer(*it, "http", "max_requests_per_client", 1, 256, 1,
                 &o.http_max_requests_per_client);
       r.Integer(*it, "http", "max_points", 1, 1'000'000'000, 1,

@@ -216,6 +216,8 @@ struct ServerOptions {
   // Requests one client address may have in flight; 0: half the threads
   // (at least 4).
   int http_max_requests_per_client = 0;
+  // The session cookie carries Secure (set when the UI is reached over TLS).
+  bool http_secure_cookies = false;
 
   // Run detection on every accepted frame. When false, stored incidents
   // are still served but no new ones are raised.

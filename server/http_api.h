@@ -83,6 +83,9 @@ struct HttpApiOptions {
   // keep-alive connection is closed after keep_alive_seconds.
   int io_timeout_seconds = 5;
   int keep_alive_seconds = 5;
+  // Mark the session cookie Secure (the UI is served over TLS, e.g. behind
+  // a proxy). It is also Secure when a request says X-Forwarded-Proto: https.
+  bool secure_cookies = false;
 };
 
 // Serves the HTTP API on a background thread. Start/Stop are not

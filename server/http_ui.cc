@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
@@ -49,9 +50,15 @@ constexpr uint64_t kCostlyThrottle = 0x8 | 0x20 | 0x40 | 0x80;
 // A finite number as JSON, else null.
 Json NumberOrNull(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
 
-std::string SessionCookie(const std::string& value, int max_age) {
-  return absl::StrCat(kSessionCookie, "=", value,
-                      "; Path=/; HttpOnly; SameSite=Strict; Max-Age=", max_age);
+// The session cookie; Secure when the page is served over TLS (by
+// configuration, or a TLS-terminating proxy's X-Forwarded-Proto: a client
+// that lies about it only makes its own cookie stricter).
+std::string SessionCookie(const std::string& value, int max_age, bool secure_config,
+                          const httplib::Request& req) {
+  const bool secure =
+      secure_config || absl::EqualsIgnoreCase(req.get_header_value("X-Forwarded-Proto"), "https");
+  return absl::StrCat(kSessionCookie, "=", value, "; Path=/; HttpOnly; SameSite=Strict",
+                      secure ? "; Secure" : "", "; Max-Age=", max_age);
 }
 
 Json CountsJson(const std::array<int, 4>& counts) {
@@ -196,8 +203,9 @@ void HttpApi::InstallUiHandlers() {
   const HttpApiOptions& o = options_;
   RequestAuthorizer* authorizer = &authorizer_;
 
-  server_->Post("/api/v1/session", [authorizer](const httplib::Request& req,
-                                                httplib::Response& res) {
+  const bool secure = o.secure_cookies;
+  server_->Post("/api/v1/session", [authorizer, secure](const httplib::Request& req,
+                                                        httplib::Response& res) {
     Json body = ParseBody(req.body);
     if (body.is_discarded() || !body.is_object() || !body.contains("token") ||
         !body["token"].is_string())
@@ -205,7 +213,7 @@ void HttpApi::InstallUiHandlers() {
     absl::StatusOr<NewSession> session =
         authorizer->SignIn(body["token"].get<std::string>(), req.remote_addr);
     if (!session.ok()) return ReplyStatus(res, session.status());
-    res.set_header("Set-Cookie", SessionCookie(session->id, kCookieMaxAge));
+    res.set_header("Set-Cookie", SessionCookie(session->id, kCookieMaxAge, secure, req));
     res.set_header("Cache-Control", "no-store");
     Reply(res, 200, Json{{"name", session->who.name},
                          {"role", std::string(RoleName(session->who.role))},
@@ -222,14 +230,14 @@ void HttpApi::InstallUiHandlers() {
                          {"via", who->via},
                          {"csrf", who->csrf.empty() ? Json(nullptr) : Json(who->csrf)}});
   });
-  server_->Delete("/api/v1/session", [authorizer](const httplib::Request& req,
-                                                  httplib::Response& res) {
+  server_->Delete("/api/v1/session", [authorizer, secure](const httplib::Request& req,
+                                                          httplib::Response& res) {
     // Signing out needs the CSRF token too, so no other site can do it.
     absl::StatusOr<RequestIdentity> who =
         authorizer->Authorize(CredentialsOf(req), Role::kViewer);
     if (!who.ok()) return ReplyStatus(res, who.status());
     authorizer->SignOut(req.get_header_value("Cookie"));
-    res.set_header("Set-Cookie", SessionCookie("", 0));
+    res.set_header("Set-Cookie", SessionCookie("", 0, secure, req));
     Reply(res, 200, Json::object());
   });
 
@@ -291,9 +299,18 @@ void HttpApi::InstallUiHandlers() {
       res.set_header("X-Accel-Buffering", "no");
       auto sent_hello = std::make_shared<bool>(false);
       const double now = options_.clock->Now();
+      // Who opened the stream, re-checked before every write: signing out
+      // (or the session's expiry, or a revoked token) ends it.
+      auto authorization = std::make_shared<std::string>(req.get_header_value("Authorization"));
+      auto cookie = std::make_shared<std::string>(req.get_header_value("Cookie"));
+      RequestAuthorizer* authorizer = &authorizer_;
       res.set_chunked_content_provider(
           "text/event-stream",
-          [hub, position, sent_hello, now](size_t, httplib::DataSink& sink) mutable {
+          [hub, position, sent_hello, now, authorization, cookie, authorizer](
+              size_t, httplib::DataSink& sink) mutable {
+            if (!authorizer->Authorize(RequestCredentials{"GET", *authorization, *cookie, ""},
+                                       Role::kViewer).ok())
+              return false;
             std::string out;
             if (!*sent_hello) {
               *sent_hello = true;

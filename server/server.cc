@@ -240,6 +240,7 @@ absl::Status VigilServer::Start() {
   http_options.max_points = options_.max_query_points;
   http_options.threads = options_.http_threads;
   http_options.max_requests_per_client = options_.http_max_requests_per_client;
+  http_options.secure_cookies = options_.http_secure_cookies;
   auto http = std::make_unique<HttpApi>(http_options);
   auto [http_host, http_port] = SplitHostPort(options_.http_listen);
   absl::StatusOr<int> bound = http->Start(http_host, http_port);

@@ -297,6 +297,37 @@ TEST_F(ActionHandlerTest, BadSignaturesAreRefusedWith401) {
   }
 }
 
+// Anyone who reaches the port can send unsigned requests: past the
+// per-minute audit limit they are counted, and one summary record follows,
+// so a flood cannot fill the disk. Signed requests are always audited.
+TEST_F(ActionHandlerTest, RefusalsOfUnsignedRequestsAreAuditedAtALimitedRate) {
+  std::string body = CordonBody().dump();
+  for (int i = 0; i < 100; ++i) {
+    WebhookRequest forged = Signed(body);
+    forged.signature = "sha256=00";
+    EXPECT_EQ(handler_->Handle(forged).http_status, 401);
+  }
+  EXPECT_EQ(AuditRecords().size(), 60u);
+  clock_.Advance(60);  // the next minute: the summary, then this refusal
+  WebhookRequest forged = Signed(body);
+  forged.signature = "sha256=00";
+  EXPECT_EQ(handler_->Handle(forged).http_status, 401);
+  std::vector<json> records = AuditRecords();
+  ASSERT_EQ(records.size(), 62u);
+  EXPECT_EQ(records[60]["result"], "refused_unaudited");
+  EXPECT_EQ(records[60]["count"], 40);
+  EXPECT_EQ(records[61]["result"], "refused");
+  // A signed request is audited whatever the count.
+  for (int i = 0; i < 100; ++i) {
+    WebhookRequest more = Signed(body);
+    more.signature = "sha256=00";
+    (void)handler_->Handle(more);
+  }
+  const size_t before = AuditRecords().size();
+  EXPECT_EQ(Send(CordonBody("act-2")).http_status, 200);
+  EXPECT_GT(AuditRecords().size(), before);
+}
+
 TEST_F(ActionHandlerTest, TimestampJustInsideTheWindowIsAccepted) {
   int64_t now = static_cast<int64_t>(clock_.Now());
   EXPECT_EQ(handler_->Handle(Signed(CordonBody("a1").dump(), now - 299)).http_status, 200);

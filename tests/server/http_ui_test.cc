@@ -378,6 +378,41 @@ TEST(HttpUiTest, ClosedStreamFreesItsSlot) {
   EXPECT_EQ(again.status(), 200);
 }
 
+// A live-event stream is re-checked before every write: signing out ends
+// the streams the session opened (reads need a session or token here).
+TEST(HttpUiTest, SigningOutEndsTheSessionsEventStreams) {
+  ServerOptions options = UiOptions();
+  options.auth.anonymous_read = false;
+  TestServer t(options);
+  const int port = t.server.http_port();
+  const Browser vic = SignIn(port, "viewer-token");
+  EventStream stream(port, "/api/v1/events", With(vic, false));
+  ASSERT_TRUE(stream.WaitUntil(
+      [](const std::string& s) { return s.find("event: hello") != std::string::npos; },
+      kWaitSeconds));
+  ASSERT_EQ(HttpSend(port, "DELETE", "/api/v1/session", "", With(vic, true)).status, 200);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(stream.WaitUntil([](const std::string&) { return false; }, 20));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15))
+      << "the stream should have ended, not timed out";
+}
+
+// Behind a TLS-terminating proxy the session cookie is Secure.
+TEST(HttpUiTest, TheSessionCookieIsSecureOverTls) {
+  TestServer t(UiOptions());
+  const int port = t.server.http_port();
+  std::multimap<std::string, std::string> headers;
+  HttpSend(port, "POST", "/api/v1/session", Json{{"token", "viewer-token"}}.dump(), {},
+           &headers);
+  ASSERT_EQ(headers.count("Set-Cookie"), 1u);
+  EXPECT_EQ(headers.find("Set-Cookie")->second.find("Secure"), std::string::npos);
+  headers.clear();
+  HttpSend(port, "POST", "/api/v1/session", Json{{"token", "viewer-token"}}.dump(),
+           {{"X-Forwarded-Proto", "https"}}, &headers);
+  ASSERT_EQ(headers.count("Set-Cookie"), 1u);
+  EXPECT_NE(headers.find("Set-Cookie")->second.find("; Secure"), std::string::npos);
+}
+
 // One client address cannot take every thread: past its cap of requests
 // in flight (a live-event stream counts) it gets 429 while others are
 // served; the slot comes back when its stream closes.
