@@ -186,10 +186,12 @@ absl::Status DetectionService::LoadStored() {
     loaded[id] = std::move(payload["incident"]);
   }
   std::vector<Inherited> inherited;
-  for (const auto& [id, incident] : loaded) {
+  for (const auto& entry : loaded) {
+    const std::string& id = entry.first;
+    const Json& incident = entry.second;
     if (incident.value("state", "") != IncidentStateName(IncidentState::kFiring)) continue;
-    auto text = [&](const char* key) {
-      const Json& v = incident.contains(key) ? incident[key] : Json(nullptr);
+    auto text = [&incident](const char* key) {
+      const Json v = incident.contains(key) ? incident[key] : Json(nullptr);
       return v.is_string() ? v.get<std::string>() : v.is_number() ? v.dump() : "";
     };
     inherited.push_back(Inherited{.id = id,
