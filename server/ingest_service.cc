@@ -398,11 +398,14 @@ grpc::Status IngestService::Stream(
     }
     result = HandleBatch(state, batch, &ack);
     if (!result.ok()) break;
-    bool written = stream->Write(ack);
+    // Detection sees the batch before the agent hears it is acked: a crash
+    // in between makes the agent resend it (and the new process see it),
+    // where the other order would lose, say, the one frame whose ECC
+    // counter jumped.
     if (state.applied && options_.observer != nullptr) {
       NotifyObserver(*options_.observer, state.node, batch, state.columns);
     }
-    if (!written || !stream->Read(&batch)) break;
+    if (!stream->Write(ack) || !stream->Read(&batch)) break;
   }
   metrics.connected_agents.fetch_sub(1);
   Unregister(state);

@@ -857,6 +857,18 @@ def md_escape(s):
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
+# What the drills have shown but the code does not handle yet; printed in
+# docs/RELIABILITY.md until fixed.
+KNOWN_GAPS = [
+    "sigkill, some seeds (e.g. `--seed 30109`): a server killed after detection saw an ECC "
+    "counter's last value before the jump, but before its next detection snapshot (every "
+    "60 s), restarts without that value; the first value the new process sees is already "
+    "the raised one, so no ecc_double_bit incident opens - only the row_remap_pending (P1) "
+    "that follows it. Fix: prime a series' first value in a new process from the store's "
+    "last sample before it.",
+]
+
+
 def write_doc(path, results, args, command):
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     form = "short (CI)" if args.short else "full"
@@ -873,7 +885,7 @@ def write_doc(path, results, args, command):
         "",
         f"- Run: {today}, {form} form, on {platform.node()} ({os.cpu_count()} CPUs, "
         f"{platform.system()} {platform.release()}).",
-        f"- Command: `{command}`",
+        f"- Command: `{command}` (seed {args.seed}).",
         "- Short form (CI, `ctest -R drill_`, also part of `.ci/run`): "
         "`tests/drills/drills.py --build build --short` (about 5 minutes).",
         "- Full form (issue 13's durations: >= 20 kills, 30 min partition, 10 min receiver "
@@ -911,6 +923,7 @@ def write_doc(path, results, args, command):
                 lines.append(f"| {md_escape(name)} | {md_escape(value)} |")
         for n in r.notes:
             lines += ["", n]
+    lines += ["", "## Known gaps", ""] + [f"- {g}" for g in KNOWN_GAPS]
     Path(path).write_text("\n".join(lines) + "\n")
     log(f"wrote {path}")
 

@@ -280,6 +280,8 @@ step('e1: a wrong token is refused with the server\'s message; sign out', async 
   await form.locator('button[type=submit], input[type=submit]').first().click();
   const error = page.locator('#error');
   await error.waitFor({ state: 'visible' });
+  await page.waitForFunction(() => /unknown token/.test(document.querySelector('#error')?.textContent ?? ''),
+                             null, { timeout: 10_000 }).catch(() => {});
   assert.match(await error.textContent(), /unknown token/);
   assert.doesNotMatch(await page.locator('#whoami').textContent(), /vic/);
   assertNoErrors(page, 'bad login', [httpErrorLine(401)]);

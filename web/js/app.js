@@ -91,6 +91,9 @@ function setupTheme() {
 async function start() {
   setupTheme();
   setUnauthorizedHandler((message) => {
+    // On the sign-in page a background refresh's 401 says nothing new and
+    // would hide the answer to the sign-in itself.
+    if (location.hash.startsWith('#/login')) return;
     showError('auth', message);
     renderHeader();
     if (!location.hash.startsWith('#/login')) location.hash = '#/login';
