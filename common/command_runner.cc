@@ -112,6 +112,9 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                          const CommandOptions& options,
                                          Clock& clock) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
+  // The timeout counts from the call: taken after the spawn, a clock that
+  // moved while the child started would be missed.
+  const double deadline = clock.Now() + options.timeout_seconds;
   Fds fds;
   int out_pipe[2];
   int err_pipe[2];
@@ -173,7 +176,6 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   CommandResult result;
   bool out_truncated = false;
   bool err_truncated = false;
-  double deadline = clock.Now() + options.timeout_seconds;
   bool timed_out = false;
   while (fds[0] >= 0 || fds[2] >= 0) {
     double remaining = deadline - clock.Now();
