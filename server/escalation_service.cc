@@ -1095,6 +1095,10 @@ Outbox::Counters EscalationService::outbox_counters() const {
   pages.delivered += actions.delivered;
   pages.failed += actions.failed;
   pages.attempts += actions.attempts;
+  pages.persist_errors += actions.persist_errors;
+  pages.unstored_enqueues += actions.unstored_enqueues;
+  pages.unstored += actions.unstored;
+  pages.delete_errors += actions.delete_errors;
   return pages;
 }
 

@@ -462,6 +462,19 @@ void HttpApi::InstallHandlers() {
       AppendFamily(&out, "vigil_outbox_attempts_total", "counter",
                    "Sends of notifications and action webhooks.");
       AppendSample(&out, "vigil_outbox_attempts_total", c.attempts);
+      AppendFamily(&out, "vigil_outbox_store_errors_total", "counter",
+                   "Outbox records the store refused (the sends go on; "
+                   "enqueues are stored again later) and failed deletions "
+                   "of records past the retention.");
+      AppendSample(&out, "vigil_outbox_store_errors_total{op=\"attempt\"}",
+                   c.persist_errors);
+      AppendSample(&out, "vigil_outbox_store_errors_total{op=\"enqueue\"}",
+                   c.unstored_enqueues);
+      AppendSample(&out, "vigil_outbox_store_errors_total{op=\"delete\"}",
+                   c.delete_errors);
+      AppendFamily(&out, "vigil_outbox_unstored_items", "gauge",
+                   "Items being sent that the store has not accepted yet.");
+      AppendSample(&out, "vigil_outbox_unstored_items", c.unstored);
     }
     AppendFamily(&out, "vigil_incident_persist_errors_total", "counter",
                  "Incident events the store failed to write.");

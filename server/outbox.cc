@@ -438,6 +438,11 @@ struct Outbox::Impl {
   void Unqueue(Entry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Forgets items that ended more than retention_seconds before `now`.
   void Prune(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Deletes the stored events no remembered item needs: those older than
+  // both the retention and the oldest remembered item (every event of an
+  // item is at or after its creation). Releases `lock` meanwhile.
+  void DeleteForgotten(std::unique_lock<std::mutex>& lock, double now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Forgets one ended item.
   void Forget(Entry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
@@ -504,6 +509,8 @@ struct Outbox::Impl {
   std::deque<Entry*> unstored ABSL_GUARDED_BY(mu);
   double next_store_retry ABSL_GUARDED_BY(mu) = 0;
   double next_prune ABSL_GUARDED_BY(mu) = 0;
+  // Stored events before this time are deleted (DeleteForgotten).
+  double deleted_before ABSL_GUARDED_BY(mu) = -kInf;
   Counters totals ABSL_GUARDED_BY(mu);  // all but `pending`, `unstored`
   std::thread maintenance;
 };
@@ -715,6 +722,26 @@ void Outbox::Impl::Prune(double now) {
     Entry* entry = (it++)->second;
     // Still being reported or stored: a later round takes it.
     if (!entry->busy && entry->unstored.empty()) Forget(entry);
+  }
+}
+
+void Outbox::Impl::DeleteForgotten(std::unique_lock<std::mutex>& lock,
+                                   double now) {
+  double cutoff = now - options.retention_seconds;
+  for (const auto& [key, entry] : entries)
+    cutoff = std::min(cutoff, entry.item.created_ts);
+  if (!(cutoff > deleted_before)) return;
+  lock.unlock();
+  const absl::Status deleted =
+      options.store->DeleteEventsBefore(options.stream, cutoff);
+  lock.lock();
+  if (deleted.ok()) {
+    deleted_before = std::max(deleted_before, cutoff);
+  } else {
+    // Tried again at the next pruning round.
+    ++totals.delete_errors;
+    std::fprintf(stderr, "vigil-server: outbox: cannot delete old events: %s\n",
+                 std::string(deleted.message()).c_str());
   }
 }
 
@@ -1072,6 +1099,8 @@ void Outbox::Impl::Maintain() {
     if (now >= next_prune) {
       Prune(now);
       next_prune = now + kPruneIntervalSeconds;
+      DeleteForgotten(lock, now);
+      continue;  // the lock was released: look again
     }
     wake = std::min(wake, next_prune);
     options.clock->WaitUntil(lock, maintenance_cv, wake);

@@ -50,8 +50,10 @@
 //
 // Retention: items delivered or failed more than retention_seconds ago
 // are dropped from memory (List forgets them, and their key may be
-// enqueued again), and Start() does not load them. Their events stay in
-// the store, which has no event deletion yet.
+// enqueued again), and Start() does not load them. Their events are then
+// deleted from the store (every event older than both the retention and
+// the oldest item still remembered), so old payloads and receivers'
+// answers do not stay on disk and a restart reads a bounded stream.
 //
 // Stored events (stream "outbox", kept by the store):
 //   {"op": "enqueue", "item": {"key", "incident_id", "kind",
@@ -266,6 +268,9 @@ class Outbox {
     uint64_t unstored_enqueues = 0;
     // Of those, how many still wait to be stored.
     uint64_t unstored = 0;
+    // Failed deletions of events no remembered item needs (retried every
+    // pruning round).
+    uint64_t delete_errors = 0;
   };
   Counters counters() const;
 

@@ -2,6 +2,7 @@
 // durability. Raw samples past raw retention are folded into 1-minute
 // rollups, which are dropped past rollup retention.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -163,6 +164,21 @@ class MemoryStore : public SeriesStore {
         [](const Event& a, const Event& b) { return a.ts < b.ts; });
     list.insert(pos, std::move(stored));
     return next_seq_ - 1;
+  }
+
+  absl::Status DeleteEventsBefore(std::string_view stream, double ts) override {
+    if (stream.empty()) return absl::InvalidArgumentError("event stream is empty");
+    if (std::isnan(ts)) return absl::InvalidArgumentError("cutoff is NaN");
+    absl::MutexLock l(&mu_);
+    auto it = events_.find(std::string(stream));
+    if (it == events_.end()) return absl::OkStatus();
+    // Sorted by ts: drop the prefix below the cutoff's millisecond.
+    const double cutoff = std::floor(ts * 1000.0) / 1000.0;
+    auto end = std::lower_bound(
+        it->second.begin(), it->second.end(), cutoff,
+        [](const Event& e, double t) { return e.ts < t; });
+    it->second.erase(it->second.begin(), end);
+    return absl::OkStatus();
   }
 
   std::vector<Event> ListEvents(std::string_view stream, double from,

@@ -292,6 +292,7 @@ class RocksDbStore : public SeriesStore {
   absl::StatusOr<uint64_t> AppendEvent(const Event& event) override;
   absl::Status PutState(std::string_view key, std::string_view value) override;
   absl::StatusOr<std::string> GetState(std::string_view key) const override;
+  absl::Status DeleteEventsBefore(std::string_view stream, double ts) override;
   std::vector<Event> ListEvents(std::string_view stream, double from,
                                 double to, size_t limit) const override;
   absl::Status Flush() override;
@@ -980,6 +981,29 @@ absl::StatusOr<uint64_t> RocksDbStore::AppendEvent(const Event& event) {
   }
   next_seq_ = seq + 1;
   return seq;
+}
+
+absl::Status RocksDbStore::DeleteEventsBefore(std::string_view stream,
+                                              double ts) {
+  if (stream.empty()) return absl::InvalidArgumentError("event stream is empty");
+  if (stream.size() > 0xffff)
+    return absl::InvalidArgumentError("event stream name longer than 65535");
+  if (std::isnan(ts)) return absl::InvalidArgumentError("cutoff is NaN");
+  const std::string prefix = EventPrefix(stream);
+  std::string begin = prefix;
+  PutBE(&begin, 0, 8);
+  // Keys are (prefix, biased millis, seq): everything below the cutoff's
+  // millisecond, whatever its seq.
+  std::string end = prefix;
+  PutBE(&end, Biased(EventMillis(std::clamp(ts, -9e12, 9e12))), 8);
+  if (end <= begin) return absl::OkStatus();
+  rocksdb::WriteBatch batch;
+  (void)batch.DeleteRange(cf(kEvents), begin, end);
+  rocksdb::WriteOptions write;
+  write.sync = true;
+  absl::Status s = DbWrite(write, &batch, "cannot delete events");
+  if (!s.ok()) NoteError(s);
+  return s;
 }
 
 absl::Status RocksDbStore::PutState(std::string_view key,

@@ -79,7 +79,8 @@ struct SeriesInfo {
 struct RetentionOptions {
   double raw_seconds = 7 * 86400.0;        // raw chunks: 7 days
   double rollup_seconds = 183 * 86400.0;   // 1-minute rollups: ~6 months
-  // Events are never expired.
+  // Events are not expired by the store; a service that owns a stream
+  // deletes what it no longer needs (SeriesStore::DeleteEventsBefore).
 };
 
 // Counters for /metrics. Monotonic unless noted.
@@ -170,6 +171,14 @@ class SeriesStore {
   // Events of `stream` with from <= ts < to, oldest first, at most `limit`.
   virtual std::vector<Event> ListEvents(std::string_view stream, double from,
                                         double to, size_t limit) const = 0;
+
+  // Deletes, durably, the events of `stream` older than `ts` (to the
+  // millisecond: one in the same millisecond as `ts` may stay); for a
+  // service pruning its own stream. Deleting nothing is OK. kUnavailable
+  // while the store refuses writes (see Health), kInvalidArgument for an
+  // empty stream.
+  virtual absl::Status DeleteEventsBefore(std::string_view stream,
+                                          double ts) = 0;
 
   // Stores `value` under `key` in a small key-value space for service
   // state (e.g. escalation state), replacing what was there. Durable on

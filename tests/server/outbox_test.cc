@@ -922,6 +922,42 @@ TEST_F(OutboxTest, ForgetsEndedItemsAfterTheRetention) {
   EXPECT_EQ(outbox->counters().unreadable_events, 0u);
 }
 
+// The keys the stored outbox events are about.
+std::set<std::string> StoredKeys(const SeriesStore& store) {
+  std::set<std::string> keys;
+  for (const Json& e : StoredEvents(store)) {
+    if (e.contains("item")) keys.insert(e["item"].value("key", ""));
+    if (e.contains("key")) keys.insert(e.value("key", ""));
+  }
+  return keys;
+}
+
+// The stored events of forgotten items are deleted (their payloads and
+// the receivers' answers do not stay on disk), those of remembered items
+// stay, and a restart reads only what is left.
+TEST_F(OutboxTest, DeletesTheStoredEventsOfForgottenItems) {
+  OutboxOptions options = Options();
+  options.retention_seconds = 100;
+  {
+    auto outbox = Start(options);
+    ASSERT_TRUE(outbox->Enqueue(Item("old", {"hook"})).ok());
+    ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "old", "delivered"); }));
+    clock_.Advance(50);
+    ASSERT_TRUE(outbox->Enqueue(Item("new", {"hook"})).ok());
+    ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "new", "delivered"); }));
+    EXPECT_EQ(StoredKeys(*store_), (std::set<std::string>{"old", "new"}));
+    clock_.Advance(70);  // old ended 120 s ago, new 70 s ago
+    ASSERT_TRUE(WaitFor([&] { return StoredKeys(*store_).size() == 1; }));
+    EXPECT_EQ(StoredKeys(*store_), std::set<std::string>{"new"});
+  }
+  auto outbox = Start(options);
+  ASSERT_EQ(outbox->List("", 10).size(), 1u);
+  EXPECT_EQ(outbox->counters().unreadable_events, 0u);
+  clock_.Advance(100);
+  ASSERT_TRUE(WaitFor([&] { return StoredEvents(*store_).empty(); }));
+  EXPECT_EQ(outbox->counters().delete_errors, 0u);
+}
+
 // Items stored by a version that kept rendered requests (and had no
 // priorities) are still sent, as stored.
 TEST_F(OutboxTest, SendsItemsStoredWithRenderedRequests) {
@@ -1101,6 +1137,10 @@ class RefusingStore : public SeriesStore {
   std::vector<Event> ListEvents(std::string_view stream, double from,
                                 double to, size_t limit) const override {
     return base_->ListEvents(stream, from, to, limit);
+  }
+  absl::Status DeleteEventsBefore(std::string_view stream, double ts) override {
+    if (refuse) return absl::UnavailableError("disk full");
+    return base_->DeleteEventsBefore(stream, ts);
   }
   absl::Status PutState(std::string_view key,
                         std::string_view value) override {

@@ -52,6 +52,9 @@ class HealthSetStore : public SeriesStore {
     return base_->QueryAggregate(id, from, to, step);
   }
   absl::StatusOr<uint64_t> AppendEvent(const Event& e) override { return base_->AppendEvent(e); }
+  absl::Status DeleteEventsBefore(std::string_view s, double ts) override {
+    return base_->DeleteEventsBefore(s, ts);
+  }
   std::vector<Event> ListEvents(std::string_view s, double from, double to,
                                 size_t limit) const override {
     return base_->ListEvents(s, from, to, limit);

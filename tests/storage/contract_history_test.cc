@@ -189,10 +189,38 @@ TEST_P(StoreHistoryTest, EventsByStreamAndTime) {
   EXPECT_TRUE(store_->ListEvents("incident/1", 0, 1e10, 0).empty());
   EXPECT_EQ(store_->AppendEvent(Event{.stream = "", .ts = kT0, .seq = 0, .payload = "x"}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  // Events are never expired.
+  // Events are never expired by the store.
   clock_.Advance(400 * kDay);
   ASSERT_TRUE(store_->EnforceRetention().ok());
   EXPECT_EQ(store_->ListEvents("incident/1", 0, 1e10, 100).size(), 3u);
+}
+
+// A service prunes its own stream: events before the cutoff go (for good,
+// across a reopen), later ones and other streams stay, seqs go on.
+TEST_P(StoreHistoryTest, EventsBeforeACutoffAreDeleted) {
+  auto append = [&](std::string stream, double ts) {
+    auto seq = store_->AppendEvent(Event{.stream = std::move(stream), .ts = ts, .payload = "p"});
+    EXPECT_TRUE(seq.ok()) << seq.status();
+    return seq.value_or(0);
+  };
+  append("outbox", kT0 + 1);
+  append("outbox", kT0 - 5000);  // far back: before any other
+  append("outbox/actions", kT0);
+  const uint64_t kept = append("outbox", kT0 + 2);
+  append("outbo", kT0);  // a stream whose name is a prefix of another's
+  ASSERT_TRUE(store_->DeleteEventsBefore("outbox", kT0 + 2).ok());
+  std::vector<Event> left = store_->ListEvents("outbox", -1e12, 1e12, 100);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].seq, kept);
+  EXPECT_EQ(store_->ListEvents("outbox/actions", -1e12, 1e12, 100).size(), 1u);
+  EXPECT_EQ(store_->ListEvents("outbo", -1e12, 1e12, 100).size(), 1u);
+  EXPECT_TRUE(store_->DeleteEventsBefore("none", kT0).ok());
+  EXPECT_EQ(store_->DeleteEventsBefore("", kT0).code(), absl::StatusCode::kInvalidArgument);
+  if (GetParam() == Backend::kRocksDb) {
+    Open();
+    EXPECT_EQ(store_->ListEvents("outbox", -1e12, 1e12, 100).size(), 1u);
+  }
+  EXPECT_GT(append("outbox", kT0 + 3), kept);
 }
 
 TEST_P(StoreHistoryTest, StateIsReplacedAndKept) {
