@@ -115,6 +115,14 @@ bool Detector::HasSeries(uint32_t id) const {
   return id < impl_->dense_of_id.size() && impl_->dense_of_id[id] != kNone;
 }
 
+void Detector::PrimeCounter(uint32_t id, double ts, double value) {
+  if (!HasSeries(id) || !std::isfinite(ts) || !std::isfinite(value)) return;
+  Impl& m = *impl_;
+  const uint32_t dense = m.dense_of_id[id];
+  if (!m.series[dense].traits.counter) return;
+  m.primed_counters[dense] = {ts, value};
+}
+
 void Detector::TakeForgotten(std::vector<uint32_t>* ids) {
   ids->insert(ids->end(), impl_->forgotten.begin(), impl_->forgotten.end());
   impl_->forgotten.clear();
@@ -417,6 +425,19 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
     s.inc = 0;
     s.cur = kNaN;
     if (std::isfinite(x)) {
+      if (!std::isfinite(s.prev_raw) && !primed_counters.empty()) {
+        // A new process's first sample: count from the value the series
+        // had before (PrimeCounter), when that is earlier.
+        auto it = primed_counters.find(
+            static_cast<uint32_t>(&s - series.data()));
+        if (it != primed_counters.end()) {
+          if (it->second.first < ts) {
+            s.prev_ts = it->second.first;
+            s.prev_raw = it->second.second;
+          }
+          primed_counters.erase(it);
+        }
+      }
       if (std::isfinite(s.prev_raw)) {
         // A decrease is a counter reset (agent or driver restart): the
         // counter restarted from zero, as in Prometheus' increase().

@@ -117,6 +117,16 @@ class Detector {
   // yet told the detector about, from its store's id -> key map).
   bool HasSeries(uint32_t id) const;
 
+  // Gives counter series `id` the raw `value` it had at data time `ts`,
+  // for a process that starts without it (the server primes a series it
+  // first sees from its store's last sample): when the series' next frame
+  // is later than `ts` and finds no previous value of its own, its
+  // increase counts from `value`, so a counter that moved while the
+  // server was down (an ECC error during a restart) is seen to move - even
+  // when that frame starts the node's run here. Ignored for unregistered
+  // ids, gauges and non-finite values; a later call replaces an unused one.
+  void PrimeCounter(uint32_t id, double ts, double value);
+
   // Appends to `ids` the series the detector forgot since the previous
   // call (those of runs that ended long ago: LifecycleOptions::
   // forget_ended_s); a caller that keeps its own registered set drops them

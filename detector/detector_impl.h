@@ -432,6 +432,9 @@ struct Detector::Impl {
   // From a restored snapshot, until the series, run or job reports again:
   // series records by id, runs by "job\0node", jobs by name.
   absl::flat_hash_map<uint32_t, std::string> pending_series;
+  // Counter values given by PrimeCounter, by dense index, until the
+  // series' next finite sample: (data time, raw value).
+  absl::flat_hash_map<uint32_t, std::pair<double, double>> primed_counters;
   absl::flat_hash_map<std::string, PendingRun> pending_runs;
   absl::flat_hash_map<std::string, PendingJob> pending_jobs;
   std::vector<uint32_t> touched;

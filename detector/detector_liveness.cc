@@ -458,6 +458,7 @@ void Detector::Impl::FreePair(uint32_t idx) {
     }
     s = SeriesState();
     keys[dense] = SeriesKey();
+    primed_counters.erase(dense);
     free_series.push_back(dense);
   }
   for (uint32_t gi : n.gpus) {

@@ -31,6 +31,11 @@ class DetectionPipeline : private JobContextSource {
   absl::Status RegisterSeries(uint32_t id, const SeriesKey& key);
   // True if `id` was registered.
   bool HasSeries(uint32_t id) const;
+  // Gives counter series `id` its value before this process (Detector::
+  // PrimeCounter).
+  void PrimeCounter(uint32_t id, double ts, double value) {
+    detector_.PrimeCounter(id, ts, value);
+  }
   // Series the detector forgot since the last call (Detector::
   // TakeForgotten).
   void TakeForgotten(std::vector<uint32_t>* ids) {

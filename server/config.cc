@@ -285,7 +285,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                       {"enabled", "rules_file", "learn_steps", "k_sigma",
                        "learn_max_seconds", "rewarm_seconds",
                        "family_pattern", "snapshot_seconds",
-                       "scheduler_poll_seconds", "await_scheduler_seconds"})) {
+                       "scheduler_poll_seconds", "await_scheduler_seconds",
+                       "restart_resolve_seconds"})) {
       r.Bool(*it, "detection", "enabled", &o.detection_enabled);
       r.String(*it, "detection", "rules_file", &o.rules_file);
       r.Integer(*it, "detection", "learn_steps", 1, 100'000'000, 1,
@@ -303,6 +304,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                 &o.scheduler_poll_seconds);
       r.Integer(*it, "detection", "await_scheduler_seconds", 0, 3600, 1,
                 &o.await_scheduler_seconds);
+      r.Integer(*it, "detection", "restart_resolve_seconds", 1, 7 * 86400, 1,
+                &o.restart_resolve_seconds);
     }
     if (auto it = root.find("auth"); it != root.end())
       ParseAuth(*it, r, &o.auth);

@@ -49,7 +49,8 @@ namespace vigil {
 //                  "learn_max_seconds": 3600, "rewarm_seconds": 90,
 //                  "family_pattern": "^(.*[^-_.])[-_.](?:r|run|...)\\d+$",
 //                  "snapshot_seconds": 60, "scheduler_poll_seconds": 15,
-//                  "await_scheduler_seconds": 45},
+//                  "await_scheduler_seconds": 45,
+//                  "restart_resolve_seconds": 1800},
 //    "auth": {"anonymous_read": true,
 //             "tokens": [{"name": "alice", "role": "operator",
 //                         "sha256": "<hex sha256 of the token>"}]},
@@ -235,6 +236,10 @@ struct ServerOptions {
   // Seconds between snapshots of learned baselines (and one at shutdown);
   // 0 disables them.
   double detection_snapshot_seconds = 60;
+  // After a restart, an incident firing before it that detection does not
+  // raise again within this many seconds of its nodes' frames resolves
+  // (DetectionOptions::restart_resolve_seconds).
+  double restart_resolve_seconds = 1800;
   // With an actuator configured: how often the scheduler is asked about
   // the jobs that report (0: never), and how long a job whose nodes all
   // stopped waits for its answer before the stop is read as its end.

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/catch_all.h"
+#include "detector/metric_catalog.h"
 #include "rules/incident_json.h"
 
 namespace vigil {
@@ -194,12 +195,18 @@ absl::Status DetectionService::LoadStored() {
       const Json v = incident.contains(key) ? incident[key] : Json(nullptr);
       return v.is_string() ? v.get<std::string>() : v.is_number() ? v.dump() : "";
     };
+    std::vector<std::string> nodes;
+    if (auto list = incident.find("nodes"); list != incident.end() && list->is_array())
+      for (const Json& n : *list)
+        if (n.is_string()) nodes.push_back(n.get<std::string>());
+    const Json ts = incident.contains("ts") ? incident["ts"] : Json(nullptr);
     inherited.push_back(Inherited{.id = id,
                                   .job = text("job"),
                                   .node = text("node"),
                                   .gpu = text("gpu"),
                                   .hint_category = text("hint_category"),
-                                  .ts = incident.value("ts", 0.0),
+                                  .nodes = std::move(nodes),
+                                  .ts = ts.is_number() ? ts.get<double>() : 0.0,
                                   .severity = text("severity"),
                                   .kind = text("kind"),
                                   .summary = text("summary"),
@@ -223,12 +230,24 @@ void DetectionService::OnFrame(const FrameView& frame) {
     absl::StatusOr<SeriesKey> key = options_.store->Key(id);
     // A series the pipeline refuses stays unregistered; the detector counts
     // its samples (DetectorStats::unregistered_samples).
-    if (key.ok()) (void)pipeline_.RegisterSeries(id, *key);
+    if (!key.ok() || !pipeline_.RegisterSeries(id, *key).ok()) continue;
+    if (LookupMetric(key->metric).counter) PrimeFromStore(id, frame.ts);
   }
   seen_frame_ = true;
-  pipeline_.ProcessFrame(frame, &updates_, options_.clock->Now());
+  const double now = options_.clock->Now();
+  if (!inherited_.empty()) NoteInheritedSeen(frame, now);
+  pipeline_.ProcessFrame(frame, &updates_, now);
   frames_.fetch_add(1, std::memory_order_relaxed);
   if (!updates_.empty()) Publish(updates_);
+}
+
+void DetectionService::PrimeFromStore(uint32_t id, double ts) {
+  // Samples before this frame: the current one is already stored.
+  absl::StatusOr<std::vector<Sample>> before =
+      options_.store->Query(id, ts - options_.prime_counters_seconds, ts);
+  if (!before.ok() || before->empty()) return;
+  pipeline_.PrimeCounter(id, before->back().ts, before->back().value);
+  counters_primed_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void DetectionService::AdvanceTime(double now) {
@@ -239,6 +258,7 @@ void DetectionService::AdvanceTime(double now) {
     if (!seen_frame_) return;
     pipeline_.AdvanceTime(now, &updates_);
     if (!updates_.empty()) Publish(updates_);
+    if (!inherited_.empty()) ResolveQuietInherited(now);
     awaiting = options_.job_state && !pipeline_.JobsAwaitingScheduler().empty();
   }
   if (awaiting) {
@@ -352,20 +372,82 @@ void DetectionService::Publish(std::vector<IncidentUpdate>& updates) {
       }
       if (u.type == UpdateType::kResolved) adopted_heads_.erase(head);
     }
-    Json snapshot = IncidentToJson(u.incident, /*full=*/true);
-    Json payload = {{"type", std::string(UpdateTypeName(u.type))},
-                    {"ts", u.ts},
-                    {"incident", snapshot}};
-    Event event{EventStream(it->second), u.ts, 0, Dump(payload)};
-    if (!store.AppendEvent(event).ok()) persist_errors_.fetch_add(1);
-    updates_by_type_[static_cast<size_t>(u.type)].fetch_add(1);
-    {
-      std::lock_guard<std::mutex> l(index_mu_);
-      index_[it->second] = std::move(snapshot);
-    }
-    if (listener_ != nullptr) listener_->OnIncidentUpdate(u);
+    Record(u, it->second, IncidentToJson(u.incident, /*full=*/true));
   }
   updates.clear();
+}
+
+void DetectionService::Record(const IncidentUpdate& update, const std::string& id,
+                              Json snapshot) {
+  Json payload = {{"type", std::string(UpdateTypeName(update.type))},
+                  {"ts", update.ts},
+                  {"incident", snapshot}};
+  Event event{EventStream(id), update.ts, 0, Dump(payload)};
+  if (!options_.store->AppendEvent(event).ok()) persist_errors_.fetch_add(1);
+  updates_by_type_[static_cast<size_t>(update.type)].fetch_add(1);
+  {
+    std::lock_guard<std::mutex> l(index_mu_);
+    index_[id] = std::move(snapshot);
+  }
+  if (listener_ != nullptr) listener_->OnIncidentUpdate(update);
+}
+
+void DetectionService::NoteInheritedSeen(const FrameView& frame, double now) {
+  for (Inherited& h : inherited_) {
+    if (!std::isnan(h.seen_since)) continue;
+    const bool ours =
+        !h.node.empty() ? h.node == frame.node
+        : !h.nodes.empty()
+            ? std::find(h.nodes.begin(), h.nodes.end(), frame.node) != h.nodes.end()
+            : h.job == frame.job;
+    if (ours) h.seen_since = now;
+  }
+}
+
+void DetectionService::ResolveQuietInherited(double now) {
+  for (auto h = inherited_.begin(); h != inherited_.end();) {
+    if (std::isnan(h->seen_since) ||
+        now - h->seen_since < options_.restart_resolve_seconds) {
+      ++h;
+      continue;
+    }
+    Json snapshot;
+    {
+      std::lock_guard<std::mutex> l(index_mu_);
+      auto stored = index_.find(h->id);
+      if (stored != index_.end()) snapshot = stored->second;
+    }
+    if (snapshot.value("state", "") != IncidentStateName(IncidentState::kFiring)) {
+      h = inherited_.erase(h);  // resolved meanwhile (by an operator)
+      continue;
+    }
+    // The stored snapshot, resolved: its evidence and history stay.
+    snapshot["state"] = std::string(IncidentStateName(IncidentState::kResolved));
+    snapshot["resolved_ts"] = now;
+    snapshot["last_update_ts"] = now;
+    IncidentUpdate update;
+    update.type = UpdateType::kResolved;
+    update.ts = now;
+    Incident& incident = update.incident;
+    incident.id = h->id;
+    incident.severity = ParseSeverity(h->severity).value_or(Severity::kP3);
+    incident.kind = h->kind;
+    incident.job = h->job;
+    incident.node = h->node;
+    if (int gpu; absl::SimpleAtoi(h->gpu, &gpu)) incident.gpu = gpu;
+    incident.nodes = h->nodes;
+    incident.ts = h->ts;
+    incident.last_update_ts = now;
+    incident.state = IncidentState::kResolved;
+    incident.resolved_ts = now;
+    incident.summary = h->summary;
+    incident.hint_category =
+        ParseHintCategory(h->hint_category).value_or(HintCategory::kGeneral);
+    incident.hint = h->hint;
+    Record(update, h->id, std::move(snapshot));
+    restart_resolved_.fetch_add(1);
+    h = inherited_.erase(h);
+  }
 }
 
 absl::StatusOr<std::string> DetectionService::PublishExternal(
@@ -502,6 +584,8 @@ DetectionCounters DetectionService::counters() const {
   c.persist_errors = persist_errors_.load();
   c.unreadable = unreadable_;
   c.adopted = adopted_.load();
+  c.counters_primed = counters_primed_.load();
+  c.restart_resolved = restart_resolved_.load();
   c.scheduler_queries = scheduler_queries_.load();
   c.scheduler_errors = scheduler_errors_.load();
   c.snapshots = snapshots_.load();

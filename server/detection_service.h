@@ -24,12 +24,16 @@
 // snapshot_seconds and at Stop(): baselines, runs in progress, job
 // profiles, repeat-offender history), so a restart - even a kill -9 - does
 // not send running jobs back to learning. An incident that was firing at
-// shutdown is not resolved or reopened by the new process. A fault that
+// shutdown is not reopened by the new process. A fault that
 // still holds after the restart is seen again by the fresh engine: its
 // first incident of the same job, node, GPU and hint category is taken as
 // the stored one (adopted: same server id, an evidence_added or
 // severity_raised update instead of "opened"), so a restart neither pages
-// again nor repeats an automatic action for a fault already handled.
+// again nor repeats an automatic action for a fault already handled. One
+// the fresh engine does not raise again within restart_resolve_seconds of
+// frames from its node (its nodes; its job when job-wide) resolves, as it
+// would have once its conditions cleared; one whose nodes stay silent
+// stays firing.
 #ifndef VIGIL_SERVER_DETECTION_SERVICE_H_
 #define VIGIL_SERVER_DETECTION_SERVICE_H_
 
@@ -94,6 +98,18 @@ struct DetectionOptions {
   // waits for the answer.
   JobStateQuery job_state;
   double scheduler_poll_seconds = 15;
+  // A counter series first seen by this process starts from its last
+  // stored sample of the past prime_counters_seconds (Detector::
+  // PrimeCounter): an error counter that moved across a restart is seen
+  // to move. Agents backfill an outage from their spools, so that sample
+  // is one frame before; an older one is another run's.
+  double prime_counters_seconds = 300;
+  // Seconds of clock time, counted from the first frame of its node (its
+  // nodes; its job when job-wide) in this process, after which an
+  // incident firing before a restart that the fresh engine has not raised
+  // again resolves (see the file comment). Longer than the slowest
+  // detector to raise a condition again (a hang in a benign phase: 30 min).
+  double restart_resolve_seconds = 1800;
 };
 
 // Which incidents ListIncidents returns; every set condition must hold.
@@ -134,6 +150,13 @@ struct DetectionCounters {
   // Incidents of the fresh engine taken as one that was firing before a
   // restart (see the file comment).
   uint64_t adopted = 0;
+  // Counter series this process started from their last stored sample
+  // (DetectionOptions::prime_counters_seconds).
+  uint64_t counters_primed = 0;
+  // Incidents firing before a restart that the fresh engine did not raise
+  // again while their nodes reported (DetectionOptions::
+  // restart_resolve_seconds), resolved.
+  uint64_t restart_resolved = 0;
   // Scheduler queries made and failed (DetectionOptions::job_state).
   uint64_t scheduler_queries = 0;
   uint64_t scheduler_errors = 0;
@@ -221,6 +244,11 @@ class DetectionService : public FrameObserver {
   void TickLoop(double first_tick);
   // The scheduler thread's loop: asks about the jobs that report.
   void SchedulerLoop();
+  // Primes counter series `id`, first seen in a frame at `ts`, with its
+  // last stored sample before `ts` (DetectionOptions::
+  // prime_counters_seconds). Store errors leave it unprimed.
+  void PrimeFromStore(uint32_t id, double ts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
   // Asks the scheduler about the jobs that report (or wait for it) and
   // tells the pipeline. Errors are counted.
   void AskScheduler();
@@ -249,9 +277,25 @@ class DetectionService : public FrameObserver {
   struct Inherited {
     std::string id;
     std::string job, node, gpu, hint_category;  // as stored ("" for null)
+    std::vector<std::string> nodes;  // of a several-node incident
     double ts = 0;
     std::string severity, kind, summary, hint;
+    // Clock time of the first frame of its node(s) or job in this process;
+    // NaN until then.
+    double seen_since = std::numeric_limits<double>::quiet_NaN();
   };
+  // Notes, for the inherited incidents not seen yet, that `frame` is one
+  // of their node's or job's.
+  void NoteInheritedSeen(const FrameView& frame, double now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
+  // Resolves the inherited incidents seen for restart_resolve_seconds
+  // without the engine raising them again.
+  void ResolveQuietInherited(double now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
+  // Persists and indexes `update` of server incident `id` (its snapshot
+  // `snapshot`, full form) and tells the listener.
+  void Record(const IncidentUpdate& update, const std::string& id,
+              nlohmann::json snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
   std::vector<Inherited> inherited_ ABSL_GUARDED_BY(pipeline_mu_);
   // Adopted incidents by server id, until they resolve: the fresh engine
   // may see less of the fault than the stored incident did (a counter's
@@ -261,6 +305,8 @@ class DetectionService : public FrameObserver {
   absl::flat_hash_map<std::string, Inherited> adopted_heads_
       ABSL_GUARDED_BY(pipeline_mu_);
   std::atomic<uint64_t> adopted_{0};
+  std::atomic<uint64_t> counters_primed_{0};
+  std::atomic<uint64_t> restart_resolved_{0};
   std::atomic<uint64_t> frames_{0};
   std::atomic<uint64_t> snapshots_{0}, snapshot_errors_{0}, snapshot_bytes_{0};
   bool restored_ = false;  // set by Start() only

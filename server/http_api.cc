@@ -432,6 +432,16 @@ void HttpApi::InstallHandlers() {
                  "Incidents raised again after a restart and taken as the one "
                  "that was firing before it (no new page, no repeated action).");
     AppendSample(&out, "vigil_incidents_adopted_total", d.adopted);
+    AppendFamily(&out, "vigil_detection_counters_primed_total", "counter",
+                 "Counter series this process started from their last stored "
+                 "sample, so a counter that moved across a restart is seen.");
+    AppendSample(&out, "vigil_detection_counters_primed_total",
+                 d.counters_primed);
+    AppendFamily(&out, "vigil_incidents_restart_resolved_total", "counter",
+                 "Incidents firing before a restart that were not raised again "
+                 "while their nodes reported, resolved.");
+    AppendSample(&out, "vigil_incidents_restart_resolved_total",
+                 d.restart_resolved);
     AppendFamily(&out, "vigil_incidents_open", "gauge",
                  "Firing incidents by severity (stored ones included).");
     for (size_t i = 0; i < d.open.size(); ++i) {

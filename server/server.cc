@@ -135,6 +135,7 @@ absl::Status VigilServer::Start() {
   detection_options.rules = std::move(rules);
   detection_options.live = options_.detection_enabled;
   detection_options.snapshot_seconds = options_.detection_snapshot_seconds;
+  detection_options.restart_resolve_seconds = options_.restart_resolve_seconds;
   // With an actuator, the scheduler is the source of truth on jobs' lives.
   std::unique_ptr<SchedulerQuery> scheduler;
   if (!options_.actuator.url.empty() && options_.scheduler_poll_seconds > 0 &&

@@ -547,6 +547,40 @@ TEST(CounterTest, ResetIsRestartNotNegativeRate) {
   for (const Anomaly& a : out) ADD_FAILURE() << Describe(a);
 }
 
+// A process that starts without a counter's previous value (a server
+// restart) is given it: the first frame's increase over it is seen, even
+// when that frame starts the node's run; a value not earlier than the
+// frame, or given to a gauge, changes nothing.
+TEST(CounterTest, APrimedCounterCountsItsFirstFrameFromThePrimedValue) {
+  SeriesKey dbe{"gpu_ecc_dbe_total", {{"gpu", "0"}}};
+  SeriesKey power{"gpu_power_watts", {{"gpu", "0"}}};
+  std::vector<uint32_t> ids = {0, 1};
+  auto first_frame = [&](double dbe_value, auto prime) {
+    Detector d;
+    EXPECT_TRUE(d.RegisterSeries(0, dbe).ok());
+    EXPECT_TRUE(d.RegisterSeries(1, power).ok());
+    prime(d);
+    std::vector<Anomaly> out;
+    std::vector<double> values = {dbe_value, 400};
+    d.ProcessFrame(FrameView{"n", "j", 10, 1000.0, ids, values}, &out);
+    int ecc = 0;
+    for (const Anomaly& a : out) ecc += a.kind == AnomalyKind::kEccDbe && !a.cleared;
+    return ecc;
+  };
+  EXPECT_EQ(first_frame(1, [](Detector&) {}), 0);  // nothing to compare with
+  EXPECT_EQ(first_frame(1, [](Detector& d) { d.PrimeCounter(0, 999, 0); }), 1);
+  EXPECT_EQ(first_frame(0, [](Detector& d) { d.PrimeCounter(0, 999, 0); }), 0);
+  // Not earlier than the frame: not its previous value.
+  EXPECT_EQ(first_frame(1, [](Detector& d) { d.PrimeCounter(0, 1000, 0); }), 0);
+  // Gauges, unknown ids and non-finite values are ignored.
+  EXPECT_EQ(first_frame(1, [](Detector& d) {
+              d.PrimeCounter(1, 999, 0);
+              d.PrimeCounter(7, 999, 0);
+              d.PrimeCounter(0, 999, NAN);
+            }),
+            0);
+}
+
 // NaN/Inf in gauges and counters other than loss/grad norm are ignored.
 TEST(NanTest, NonFiniteGaugesAndCountersAreSkipped) {
   Detector d;

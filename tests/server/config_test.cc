@@ -50,6 +50,25 @@ TEST(ConfigTest, AppliesEveryKey) {
   EXPECT_EQ(options.http_threads, 3);
 }
 
+TEST(ConfigTest, DetectionKeys) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({"detection": {
+    "enabled": false, "snapshot_seconds": 30, "scheduler_poll_seconds": 5,
+    "await_scheduler_seconds": 10, "restart_resolve_seconds": 600}})",
+                                     &options);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(options.detection_enabled);
+  EXPECT_EQ(options.detection_snapshot_seconds, 30);
+  EXPECT_EQ(options.scheduler_poll_seconds, 5);
+  EXPECT_EQ(options.await_scheduler_seconds, 10);
+  EXPECT_EQ(options.restart_resolve_seconds, 600);
+  s = ParseServerConfig(R"({"detection": {"restart_resolve_seconds": 0}})", &options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("detection.restart_resolve_seconds"),
+            std::string::npos)
+      << s;
+}
+
 TEST(ConfigTest, ReportsEveryErrorWithItsPath) {
   ServerOptions options;
   options.data_dir = "/keep";

@@ -337,6 +337,92 @@ TEST(DetectionTest, AFaultStillThereAfterARestartIsTheSameIncident) {
   std::filesystem::remove_all(dir);
 }
 
+// An error counter that moves while the server is down (killed before its
+// next snapshot) is seen to move: the new process starts the series from
+// its last stored sample, so the first frame it sees - already carrying
+// the raised value - is an increase. A stored sample from another run
+// (older than prime_counters_seconds) is not used.
+TEST(DetectionTest, ACounterThatMovedAcrossARestartIsSeen) {
+  const std::string dir = TempPath("prime");
+  std::filesystem::remove_all(dir);
+  ServerOptions options = TestOptions();
+  options.memory = false;
+  options.data_dir = dir;
+  options.detection_snapshot_seconds = 0;  // as after a kill: nothing learned kept
+  {
+    TestServer t(options);
+    Agent agent(t, "n1");
+    for (int i = 0; i < 5; ++i) agent.Send(0, 2.5);
+    Agent other(t, "n2");
+    for (int i = 0; i < 5; ++i) other.Send(0, 2.5);
+    other.Sync();
+    ASSERT_TRUE(ListIds(t.server.http_port()).empty());
+  }
+  TestServer t(options);
+  const int port = t.server.http_port();
+  t.clock.Advance(10);  // just after the first process's last frames
+  {
+    Agent agent(t, "n1");
+    agent.Send(1, 2.5);
+    agent.Sync();
+  }
+  EXPECT_EQ(ListIds(port), std::vector<std::string>{"inc-000001"});
+  EXPECT_EQ(GetJson(port, "/api/v1/incidents/inc-000001")["kind"], "ecc_double_bit");
+  EXPECT_GE(t.server.detection()->counters().counters_primed, 1u);
+  // n2 comes back long after: its stored counter is another run's.
+  t.clock.Advance(1000);
+  {
+    Agent agent(t, "n2");
+    agent.Send(1, 2.5);
+    agent.Sync();
+  }
+  EXPECT_EQ(ListIds(port), std::vector<std::string>{"inc-000001"});
+  std::filesystem::remove_all(dir);
+}
+
+// An incident firing before a restart that the fresh engine does not raise
+// again resolves once its node has reported for restart_resolve_seconds
+// (its ECC counter did not move again: in one process it would have
+// resolved); one whose node stays silent stays firing.
+TEST(DetectionTest, AnIncidentNotRaisedAgainAfterARestartResolves) {
+  const std::string dir = TempPath("restart_resolve");
+  std::filesystem::remove_all(dir);
+  ServerOptions options = TestOptions();
+  options.memory = false;
+  options.data_dir = dir;
+  options.detection_snapshot_seconds = 0;
+  options.restart_resolve_seconds = 60;
+  {
+    TestServer t(options);
+    RaiseEccFault(t, "n1");
+    RaiseEccFault(t, "n2");
+    ASSERT_EQ(ListIds(t.server.http_port()).size(), 2u);
+  }
+  TestServer t(options);
+  const int port = t.server.http_port();
+  t.clock.Advance(20);
+  Agent agent(t, "n1");
+  for (int i = 0; i < 59; ++i) agent.Send(1, 2.5);  // the counter stays put
+  agent.Sync();
+  t.server.detection()->AdvanceTime(t.clock.Now());
+  EXPECT_EQ(GetJson(port, "/api/v1/incidents?state=firing")["incidents"].size(), 2u);
+  agent.Send(1, 2.5);
+  agent.Sync();
+  t.server.detection()->AdvanceTime(t.clock.Now());
+  const Json firing = GetJson(port, "/api/v1/incidents?state=firing")["incidents"];
+  ASSERT_EQ(firing.size(), 1u);
+  EXPECT_EQ(firing[0]["node"], "n2");
+  const Json resolved = GetJson(port, "/api/v1/incidents/inc-000001");
+  EXPECT_EQ(resolved["state"], "resolved");
+  EXPECT_EQ(resolved["kind"], "ecc_double_bit");
+  EXPECT_EQ(resolved["evidence"].size(), 1u);  // the stored evidence stays
+  int resolved_entries = 0;
+  for (const Json& e : resolved["timeline"]) resolved_entries += e["type"] == "resolved";
+  EXPECT_EQ(resolved_entries, 1) << resolved["timeline"].dump(1);
+  EXPECT_EQ(t.server.detection()->counters().restart_resolved, 1u);
+  std::filesystem::remove_all(dir);
+}
+
 // The operator API over HTTP: tokens and roles, ack, silences, audit.
 TEST(DetectionTest, OperatorApiNeedsTheRightTokenAndChangesTheLifecycle) {
   ServerOptions options = TestOptions();
