@@ -412,6 +412,10 @@ class RocksDbStore : public SeriesStore {
   // A database write failed; recovery has not succeeded since.
   std::atomic<bool> db_failed_{false};
   absl::Status db_error_ ABSL_GUARDED_BY(health_mu_);
+  // The database write error that started the current outage: failed
+  // recoveries report it first (a Resume() answering "Resource busy"
+  // tells an operator less than "No space left on device").
+  absl::Status outage_cause_ ABSL_GUARDED_BY(health_mu_);
   std::atomic<uint64_t> write_errors_{0};
   std::atomic<uint64_t> recoveries_{0};
   std::atomic<uint64_t> quarantined_{0};
@@ -1327,8 +1331,11 @@ void RocksDbStore::TryRecover() {
   // A fresh segment: the failing one may have lost its tail on the way.
   if (s.ok()) s = Checkpoint();
   if (!s.ok()) {
-    if (!owed_.empty()) refusal_ = s;
     absl::MutexLock h(&health_mu_);
+    if (!outage_cause_.ok() && outage_cause_.message() != s.message())
+      s = absl::UnavailableError(absl::StrCat(outage_cause_.message(),
+                                              " (recovery: ", s.message(), ")"));
+    if (!owed_.empty()) refusal_ = s;
     other_error_ = s;
     return;
   }
@@ -1337,6 +1344,7 @@ void RocksDbStore::TryRecover() {
   {
     absl::MutexLock h(&health_mu_);
     other_error_ = absl::OkStatus();
+    outage_cause_ = absl::OkStatus();
   }
   ++recoveries_;
 }
@@ -1353,6 +1361,7 @@ absl::Status RocksDbStore::DbWrite(const rocksdb::WriteOptions& options,
     db_failed_ = true;
     absl::MutexLock h(&health_mu_);
     db_error_ = s;
+    if (outage_cause_.ok()) outage_cause_ = s;
   }
   return s;
 }
