@@ -392,6 +392,38 @@ void DetectionService::Record(const IncidentUpdate& update, const std::string& i
   if (listener_ != nullptr) listener_->OnIncidentUpdate(update);
 }
 
+Incident DetectionService::HeaderOf(const Inherited& h) {
+  Incident incident;
+  incident.id = h.id;
+  incident.severity = ParseSeverity(h.severity).value_or(Severity::kP3);
+  incident.kind = h.kind;
+  incident.job = h.job;
+  incident.node = h.node;
+  if (int gpu; absl::SimpleAtoi(h.gpu, &gpu)) incident.gpu = gpu;
+  incident.nodes = h.nodes;
+  incident.ts = h.ts;
+  incident.last_update_ts = h.ts;
+  incident.summary = h.summary;
+  incident.hint_category =
+      ParseHintCategory(h.hint_category).value_or(HintCategory::kGeneral);
+  incident.hint = h.hint;
+  return incident;
+}
+
+std::optional<Incident> DetectionService::ClaimInherited(std::string_view kind) {
+  std::lock_guard<std::mutex> l(pipeline_mu_);
+  auto h = std::find_if(inherited_.begin(), inherited_.end(),
+                        [&](const Inherited& i) { return i.kind == kind; });
+  if (h == inherited_.end()) return std::nullopt;
+  // As PublishExternal would have registered it.
+  const std::string engine_id = absl::StrCat("external-", external_.size() + 1);
+  server_ids_[engine_id] = h->id;
+  external_.emplace(h->id, engine_id);
+  Incident incident = HeaderOf(*h);
+  inherited_.erase(h);
+  return incident;
+}
+
 void DetectionService::NoteInheritedSeen(const FrameView& frame, double now) {
   for (Inherited& h : inherited_) {
     if (!std::isnan(h.seen_since)) continue;
@@ -428,22 +460,10 @@ void DetectionService::ResolveQuietInherited(double now) {
     IncidentUpdate update;
     update.type = UpdateType::kResolved;
     update.ts = now;
-    Incident& incident = update.incident;
-    incident.id = h->id;
-    incident.severity = ParseSeverity(h->severity).value_or(Severity::kP3);
-    incident.kind = h->kind;
-    incident.job = h->job;
-    incident.node = h->node;
-    if (int gpu; absl::SimpleAtoi(h->gpu, &gpu)) incident.gpu = gpu;
-    incident.nodes = h->nodes;
-    incident.ts = h->ts;
-    incident.last_update_ts = now;
-    incident.state = IncidentState::kResolved;
-    incident.resolved_ts = now;
-    incident.summary = h->summary;
-    incident.hint_category =
-        ParseHintCategory(h->hint_category).value_or(HintCategory::kGeneral);
-    incident.hint = h->hint;
+    update.incident = HeaderOf(*h);
+    update.incident.last_update_ts = now;
+    update.incident.state = IncidentState::kResolved;
+    update.incident.resolved_ts = now;
     Record(update, h->id, std::move(snapshot));
     restart_resolved_.fetch_add(1);
     h = inherited_.erase(h);

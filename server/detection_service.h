@@ -233,6 +233,15 @@ class DetectionService : public FrameObserver {
   // called from the listener.
   absl::StatusOr<std::string> PublishExternal(IncidentUpdate update);
 
+  // Hands the incident of `kind` that was firing when the previous
+  // process stopped to the component that raises that kind outside
+  // detection (StoreWatch: "storage_degraded"): it becomes one of the
+  // external incidents, updated with PublishExternal under its stored id,
+  // and is no longer resolved by restart_resolve_seconds. Returns its
+  // header (no evidence), or nullopt when none is firing. Call after
+  // Start().
+  std::optional<Incident> ClaimInherited(std::string_view kind);
+
  private:
   // Loads stream "incidents" and each incident's latest event.
   absl::Status LoadStored();
@@ -288,6 +297,8 @@ class DetectionService : public FrameObserver {
   // of their node's or job's.
   void NoteInheritedSeen(const FrameView& frame, double now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
+  // The incident header of `h` (no evidence), as stored.
+  static Incident HeaderOf(const Inherited& h);
   // Resolves the inherited incidents seen for restart_resolve_seconds
   // without the engine raising them again.
   void ResolveQuietInherited(double now)

@@ -942,6 +942,17 @@ Json EscalationService::ResetRemediation(const Identity& who) {
   return Remediation();
 }
 
+void EscalationService::ClaimHaltIncident() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (halt_incident_.empty()) return;
+  }
+  std::optional<Incident> left =
+      options_.detection->ClaimInherited("remediation_halted");
+  std::lock_guard<std::mutex> l(mu_);
+  if (left && left->id == halt_incident_) incidents_[left->id] = *std::move(left);
+}
+
 void EscalationService::OpenHaltIncidents() {
   std::vector<std::string> reasons;
   std::string job;

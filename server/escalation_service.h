@@ -135,6 +135,11 @@ class EscalationService : public IncidentListener {
   // Closes the circuit breaker and resolves the "remediation halted"
   // incident.
   nlohmann::json ResetRemediation(const Identity& who);
+  // After a restart, takes back from detection the "remediation halted"
+  // incident the breaker opened before it (DetectionService::
+  // ClaimInherited), so that ResetRemediation resolves it. Call once
+  // both services have started; a no-op when the breaker is not tripped.
+  void ClaimHaltIncident();
 
   // {"entries": [...]}, newest first.
   nlohmann::json Audit(size_t limit) const;

@@ -184,12 +184,16 @@ absl::Status VigilServer::Start() {
   VIGIL_RETURN_IF_ERROR(escalation->Start());
   detection->set_listener(escalation.get());
   VIGIL_RETURN_IF_ERROR(detection->Start());
+  escalation->ClaimHaltIncident();
   StoreWatchOptions watch_options;
   watch_options.store = store.get();
   watch_options.clock = clock_;
   watch_options.incident_after_seconds = options_.storage_incident_after_seconds;
   watch_options.publish = [d = detection.get()](IncidentUpdate update) {
     return d->PublishExternal(std::move(update));
+  };
+  watch_options.claim = [d = detection.get()] {
+    return d->ClaimInherited("storage_degraded");
   };
   auto store_watch = std::make_unique<StoreWatch>(std::move(watch_options));
   store_watch->Start();

@@ -16,6 +16,12 @@ StoreWatch::~StoreWatch() { Stop(); }
 void StoreWatch::Start() {
   std::lock_guard<std::mutex> l(mu_);
   if (thread_.joinable()) return;
+  if (options_.claim && !incident_) {
+    if (std::optional<Incident> left = options_.claim()) {
+      incident_ = left->id;
+      published_ = *std::move(left);
+    }
+  }
   stopping_ = false;
   thread_ = std::thread([this] { Loop(); });
 }

@@ -28,11 +28,19 @@ namespace vigil {
 using IncidentPublisher =
     std::function<absl::StatusOr<std::string>(IncidentUpdate update)>;
 
+// Hands over the "storage_degraded" incident a previous process left
+// firing (DetectionService::ClaimInherited in the server), or nullopt.
+using InheritedClaim = std::function<std::optional<Incident>()>;
+
 struct StoreWatchOptions {
   SeriesStore* store = nullptr;  // required, not owned
   Clock* clock = nullptr;        // required, not owned
   // Where the self-incident goes; null: nowhere (readiness only).
   IncidentPublisher publish;
+  // Asked once by Start(): an incident left firing by a previous process
+  // is this watch's own, resolved at the first healthy check, continued
+  // (not opened again) while unhealthy. Null: none.
+  InheritedClaim claim;
   // Clock seconds between health checks.
   double check_seconds = 1;
   // How long the store must stay unhealthy before the incident opens, so
@@ -47,7 +55,8 @@ class StoreWatch {
   // Stops the thread if running.
   ~StoreWatch();
 
-  // Starts the check thread. Idempotent.
+  // Takes over a claimed incident (StoreWatchOptions::claim), then starts
+  // the check thread. Idempotent.
   void Start();
   // Stops it. Idempotent.
   void Stop();

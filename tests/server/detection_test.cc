@@ -423,6 +423,43 @@ TEST(DetectionTest, AnIncidentNotRaisedAgainAfterARestartResolves) {
   std::filesystem::remove_all(dir);
 }
 
+// A storage incident firing when the server stopped is resolved by the
+// next process once its store is healthy (the store watch takes it over),
+// not left firing forever.
+TEST(DetectionTest, AStorageIncidentLeftFiringResolvesAfterARestart) {
+  const std::string dir = TempPath("storage_restart");
+  std::filesystem::remove_all(dir);
+  ServerOptions options = TestOptions();
+  options.memory = false;
+  options.data_dir = dir;
+  std::string id;
+  {
+    TestServer t(options);
+    IncidentUpdate opened;
+    opened.ts = t.clock.Now();
+    opened.incident.kind = "storage_degraded";
+    opened.incident.severity = Severity::kP1;
+    opened.incident.job = "cluster";
+    opened.incident.ts = opened.ts;
+    opened.incident.summary = "Vigil's store refuses writes: disk full";
+    absl::StatusOr<std::string> published =
+        t.server.detection()->PublishExternal(opened);
+    ASSERT_TRUE(published.ok()) << published.status();
+    id = *published;
+  }
+  TestServer t(options);
+  const int port = t.server.http_port();
+  Json state;
+  for (int i = 0; i < 1000; ++i) {
+    t.clock.Advance(1);  // the watch checks every clock second
+    state = GetJson(port, "/api/v1/incidents/" + id)["state"];
+    if (state == "resolved") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(state, "resolved");
+  std::filesystem::remove_all(dir);
+}
+
 // The operator API over HTTP: tokens and roles, ack, silences, audit.
 TEST(DetectionTest, OperatorApiNeedsTheRightTokenAndChangesTheLifecycle) {
   ServerOptions options = TestOptions();

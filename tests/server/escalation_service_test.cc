@@ -444,6 +444,37 @@ TEST_F(EscalationServiceTest, FaultStormOnThirtyPercentOfNodesTripsTheBreaker) {
   EXPECT_TRUE(resolved);
 }
 
+// A tripped breaker outlives a restart, and so does its incident: the
+// reset after the restart resolves it (detection's new process hands it
+// back to the interlocks instead of leaving it firing forever).
+TEST_F(EscalationServiceTest, TheHaltIncidentResolvesWhenTheBreakerIsResetAfterARestart) {
+  AddJobNodes("big", 10);
+  for (int i = 0; i < 3; ++i)
+    Open(Severity::kP0, "xid_fatal", "big", absl::StrCat("n", i), {Response::kCordonNode});
+  IncidentFilter filter;
+  std::string halt;
+  ASSERT_TRUE(Eventually([&] {
+    for (const Json& i : detection_->ListIncidents(filter))
+      if (i["kind"] == "remediation_halted") halt = i["id"].get<std::string>();
+    return !halt.empty();
+  }));
+  service_->Stop();
+  service_.reset();
+  detection_->Stop();
+  DetectionOptions d;
+  d.store = store_.get();
+  d.clock = &clock_;
+  d.live = false;
+  detection_ = std::make_unique<DetectionService>(d);
+  StartService();
+  ASSERT_TRUE(detection_->Start().ok());
+  service_->ClaimHaltIncident();
+  EXPECT_TRUE(service_->Remediation()["tripped"].get<bool>());
+  service_->ResetRemediation(Identity{"root", Role::kAdmin});
+  Json incident = detection_->GetIncident(halt).value_or(Json());
+  EXPECT_EQ(incident["state"], "resolved") << incident.dump(1);
+}
+
 TEST_F(EscalationServiceTest, AcknowledgementSurvivesARestart) {
   const std::string id = Open(Severity::kP0, "loss_nan", "llm", "", {});
   ASSERT_TRUE(Eventually([&] { return transport_.Matching("slack.test").size() == 1; }));

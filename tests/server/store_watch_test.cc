@@ -121,6 +121,44 @@ TEST(StoreWatchTest, OpensAP1AfterTheGraceAndResolvesOnRecovery) {
   EXPECT_FALSE(watch.unhealthy_since().has_value());
 }
 
+// An incident a previous process left firing is the watch's own: resolved
+// at the first healthy check, not opened a second time while unhealthy.
+TEST(StoreWatchTest, TakesOverTheIncidentAPreviousProcessLeftFiring) {
+  FakeClock clock(kT0);
+  HealthSetStore store(&clock);
+  std::vector<IncidentUpdate> published;
+  StoreWatchOptions options;
+  options.store = &store;
+  options.clock = &clock;
+  options.incident_after_seconds = 0;
+  options.publish = [&](IncidentUpdate update) -> absl::StatusOr<std::string> {
+    published.push_back(update);
+    return update.incident.id.empty() ? std::string("inc-000009") : update.incident.id;
+  };
+  options.claim = [] {
+    Incident left;
+    left.id = "inc-000004";
+    left.kind = "storage_degraded";
+    left.severity = Severity::kP1;
+    return std::optional<Incident>(left);
+  };
+  {
+    StoreWatch watch(options);
+    watch.Start();
+    watch.Stop();
+    EXPECT_EQ(watch.open_incident(), "inc-000004");
+    store.SetHealth(absl::UnavailableError("still full"));
+    watch.Check();
+    EXPECT_TRUE(published.empty());  // the old one goes on
+    store.SetHealth(absl::OkStatus());
+    watch.Check();
+    ASSERT_EQ(published.size(), 1u);
+    EXPECT_EQ(published[0].type, UpdateType::kResolved);
+    EXPECT_EQ(published[0].incident.id, "inc-000004");
+    EXPECT_EQ(published[0].incident.kind, "storage_degraded");
+  }
+}
+
 TEST(StoreWatchTest, AHiccupShorterThanTheGraceOpensNothing) {
   FakeClock clock(kT0);
   HealthSetStore store(&clock);
