@@ -1320,7 +1320,15 @@ void RocksDbStore::MaintenanceLoop() {
 void RocksDbStore::TryRecover() {
   absl::MutexLock l(&mu_);
   // Resume() is a no-op unless a background error stopped the database.
-  absl::Status s = FromRocksWrite(db_->Resume(), "cannot resume the database");
+  const rocksdb::Status resumed = db_->Resume();
+  // Busy: RocksDB's own recovery runs, and waits until the disk has its
+  // reserved buffer (the memtables' size) free again.
+  absl::Status s =
+      resumed.IsBusy()
+          ? absl::UnavailableError(
+                "the database recovers once its disk has room for its write "
+                "buffers again (see the server log's rocksdb lines)")
+          : FromRocksWrite(resumed, "cannot resume the database");
   if (s.ok()) db_failed_ = false;
   while (s.ok() && !owed_.empty()) {
     rocksdb::WriteOptions write;

@@ -568,7 +568,7 @@ def watch_fault(res, phase, server, agents, seconds=25):
 
 
 def drill_disk(env, res, short, seed):
-    res.injected = ("(1) the server's data dir is a 64 MiB tmpfs, filled to ENOSPC by another "
+    res.injected = ("(1) the server's data dir is a 256 MiB tmpfs, filled to ENOSPC by another "
                     "file, then freed, without restarting the server; (2) the data dir is an ext4 "
                     "image mounted with errors=remount-ro whose file system is then failed "
                     "(trigger_fs_error), so the kernel turns it read-only under the running "
@@ -582,7 +582,10 @@ def drill_disk(env, res, short, seed):
     # Phase 1: disk full, recovery without a restart.
     data = env.dir / "data"
     data.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(data)],
+    # RocksDB clears a background write error itself only once the disk has
+    # its reserved buffer free again (64 MiB with our options): a smaller
+    # file system never recovers, as a real disk that stays nearly full.
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(data)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise Skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
