@@ -87,6 +87,16 @@ std::string TempPath(const std::string& name) {
   return ::testing::TempDir() + "/detection_test_" + name;
 }
 
+// Options of a server on a fresh RocksDB data dir `dir`, which a second
+// server with the same options opens again (a restart).
+ServerOptions PersistentOptions(const std::string& dir) {
+  std::filesystem::remove_all(dir);
+  ServerOptions options = TestOptions();
+  options.memory = false;
+  options.data_dir = dir;
+  return options;
+}
+
 TEST(DetectionTest, RedLineBecomesP0IncidentWithEvidenceAndTimeline) {
   TestServer t;
   RaiseEccFault(t, "n1");
@@ -277,10 +287,7 @@ TEST(DetectionTest, BadRuleFileFailsStartListingEveryError) {
 
 TEST(DetectionTest, IncidentsSurviveRestartWithoutReusingIds) {
   const std::string dir = TempPath("restart");
-  std::filesystem::remove_all(dir);
-  ServerOptions options = TestOptions();
-  options.memory = false;
-  options.data_dir = dir;
+  ServerOptions options = PersistentOptions(dir);
   {
     TestServer t(options);
     RaiseEccFault(t, "n1");
@@ -308,10 +315,7 @@ TEST(DetectionTest, IncidentsSurviveRestartWithoutReusingIds) {
 // "opened" (so no new page and no repeated automatic action).
 TEST(DetectionTest, AFaultStillThereAfterARestartIsTheSameIncident) {
   const std::string dir = TempPath("adopt");
-  std::filesystem::remove_all(dir);
-  ServerOptions options = TestOptions();
-  options.memory = false;
-  options.data_dir = dir;
+  ServerOptions options = PersistentOptions(dir);
   options.detection_snapshot_seconds = 0;  // as after a kill: nothing learned kept
   {
     TestServer t(options);
@@ -344,10 +348,7 @@ TEST(DetectionTest, AFaultStillThereAfterARestartIsTheSameIncident) {
 // (older than prime_counters_seconds) is not used.
 TEST(DetectionTest, ACounterThatMovedAcrossARestartIsSeen) {
   const std::string dir = TempPath("prime");
-  std::filesystem::remove_all(dir);
-  ServerOptions options = TestOptions();
-  options.memory = false;
-  options.data_dir = dir;
+  ServerOptions options = PersistentOptions(dir);
   options.detection_snapshot_seconds = 0;  // as after a kill: nothing learned kept
   {
     TestServer t(options);
@@ -386,10 +387,7 @@ TEST(DetectionTest, ACounterThatMovedAcrossARestartIsSeen) {
 // resolved); one whose node stays silent stays firing.
 TEST(DetectionTest, AnIncidentNotRaisedAgainAfterARestartResolves) {
   const std::string dir = TempPath("restart_resolve");
-  std::filesystem::remove_all(dir);
-  ServerOptions options = TestOptions();
-  options.memory = false;
-  options.data_dir = dir;
+  ServerOptions options = PersistentOptions(dir);
   options.detection_snapshot_seconds = 0;
   options.restart_resolve_seconds = 60;
   {
@@ -428,10 +426,7 @@ TEST(DetectionTest, AnIncidentNotRaisedAgainAfterARestartResolves) {
 // not left firing forever.
 TEST(DetectionTest, AStorageIncidentLeftFiringResolvesAfterARestart) {
   const std::string dir = TempPath("storage_restart");
-  std::filesystem::remove_all(dir);
-  ServerOptions options = TestOptions();
-  options.memory = false;
-  options.data_dir = dir;
+  ServerOptions options = PersistentOptions(dir);
   std::string id;
   {
     TestServer t(options);

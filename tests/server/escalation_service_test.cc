@@ -121,17 +121,22 @@ class EscalationServiceTest : public ::testing::Test {
     StoreOptions store_options;
     store_options.clock = &clock_;
     store_ = NewMemoryStore(store_options);
-    DetectionOptions d;
-    d.store = store_.get();
-    d.clock = &clock_;
-    d.live = false;
-    detection_ = std::make_unique<DetectionService>(d);
+    detection_ = NewDetection();
     StartService();
     ASSERT_TRUE(detection_->Start().ok());
   }
   void TearDown() override {
     detection_->Stop();
     if (service_) service_->Stop();
+  }
+
+  // A detection service (serving stored incidents only) on the store.
+  std::unique_ptr<DetectionService> NewDetection() {
+    DetectionOptions d;
+    d.store = store_.get();
+    d.clock = &clock_;
+    d.live = false;
+    return std::make_unique<DetectionService>(d);
   }
 
   void StartService() {
@@ -461,11 +466,7 @@ TEST_F(EscalationServiceTest, TheHaltIncidentResolvesWhenTheBreakerIsResetAfterA
   service_->Stop();
   service_.reset();
   detection_->Stop();
-  DetectionOptions d;
-  d.store = store_.get();
-  d.clock = &clock_;
-  d.live = false;
-  detection_ = std::make_unique<DetectionService>(d);
+  detection_ = NewDetection();
   StartService();
   ASSERT_TRUE(detection_->Start().ok());
   service_->ClaimHaltIncident();
