@@ -42,6 +42,7 @@
 #include <condition_variable>
 #include <functional>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
