@@ -16,6 +16,7 @@
 #include "common/json_reader.h"
 #include "common/json_syntax.h"
 #include "nlohmann/json.hpp"
+#include "server/client_address.h"
 
 namespace vigil {
 namespace {
@@ -83,6 +84,26 @@ void ParseNodeTokens(const Json& section, Reader& r, NodeTokenOptions* out) {
     }
   }
   *out = std::move(tokens);
+}
+
+// http.trusted_proxies: an array of addresses or CIDR networks.
+void ParseTrustedProxies(const Json& section, Reader& r, std::vector<std::string>* out) {
+  auto it = section.find("trusted_proxies");
+  if (it == section.end()) return;
+  if (!it->is_array()) return r.Error("http.trusted_proxies", "must be an array");
+  std::vector<std::string> entries;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const std::string path = absl::StrCat("http.trusted_proxies[", i, "]");
+    if (!(*it)[i].is_string()) {
+      r.Error(path, "must be a string (\"10.0.0.0/8\", \"::1\")");
+      continue;
+    }
+    entries.push_back((*it)[i].get<std::string>());
+    if (absl::StatusOr<TrustedProxies> one = TrustedProxies::Parse({entries.back()});
+        !one.ok())
+      r.Error(path, std::string(one.status().message()));
+  }
+  *out = std::move(entries);
 }
 
 // The "auth" section.
@@ -272,7 +293,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
     }
     if (auto it = root.find("http"); it != root.end() &&
         r.CheckObject(*it, "http", {"max_points", "threads", "max_requests_per_client",
-                                    "secure_cookies"})) {
+                                    "secure_cookies", "trusted_proxies"})) {
+      ParseTrustedProxies(*it, r, &o.http_trusted_proxies);
       r.Bool(*it, "http", "secure_cookies", &o.http_secure_cookies);
       r.Integer(*it, "http", "max_requests_per_client", 1, 256, 1,
                 &o.http_max_requests_per_client);

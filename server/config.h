@@ -217,6 +217,10 @@ struct ServerOptions {
   // Requests one client address may have in flight; 0: half the threads
   // (at least 4).
   int http_max_requests_per_client = 0;
+  // Reverse proxies (addresses or CIDR networks) whose X-Forwarded-For
+  // header names the client (server/client_address.h); checked when the
+  // config is parsed.
+  std::vector<std::string> http_trusted_proxies;
   // The session cookie carries Secure (set when the UI is reached over TLS).
   bool http_secure_cookies = false;
 

@@ -227,15 +227,21 @@ HttpApi::HttpApi(const HttpApiOptions& options)
 
 HttpApi::~HttpApi() { Stop(); }
 
+std::string HttpApi::ClientAddress(const httplib::Request& req) const {
+  return options_.trusted_proxies.ClientOf(req.remote_addr,
+                                           req.get_header_value("X-Forwarded-For"));
+}
+
 bool HttpApi::AdmitRequest(const httplib::Request& req) {
+  std::string client = ClientAddress(req);
   std::lock_guard<std::mutex> l(clients_mu_);
-  int& n = in_flight_[req.remote_addr];
+  int& n = in_flight_[client];
   if (n >= max_requests_per_client_) {
-    if (n == 0) in_flight_.erase(req.remote_addr);
+    if (n == 0) in_flight_.erase(client);
     return false;
   }
   ++n;
-  counted_[&req] = req.remote_addr;
+  counted_[&req] = std::move(client);
   return true;
 }
 
@@ -289,7 +295,7 @@ void HttpApi::InstallHandlers() {
     RefuseBrotli(const_cast<httplib::Request&>(req));
     if (!AdmitRequest(req)) {
       ReplyError(res, 429, absl::StrCat("more than ", max_requests_per_client_,
-                                        " requests in flight from ", req.remote_addr,
+                                        " requests in flight from ", ClientAddress(req),
                                         "; retry when one has finished"));
       return httplib::Server::HandlerResponse::Handled;
     }

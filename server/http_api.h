@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "server/auth.h"
+#include "server/client_address.h"
 #include "server/detection_service.h"
 #include "server/event_hub.h"
 #include "server/fleet_view.h"
@@ -79,6 +80,10 @@ struct HttpApiOptions {
   // included); more get 429. 0: max(4, threads / 2), so no one client can
   // take every thread.
   int max_requests_per_client = 0;
+  // Reverse proxies whose X-Forwarded-For names the client (server/
+  // client_address.h); the per-client cap and the sign-in limit count that
+  // client. Empty: every request is its connection's address.
+  TrustedProxies trusted_proxies;
   // Seconds one read or write of a request or response may wait; an idle
   // keep-alive connection is closed after keep_alive_seconds.
   int io_timeout_seconds = 5;
@@ -113,6 +118,9 @@ class HttpApi {
   // Counts a request against its client's cap; false (and not counted)
   // when the client is at its cap. Released by the request's log line.
   bool AdmitRequest(const httplib::Request& req);
+  // The client `req` stands for: its connection's address, or the one a
+  // trusted proxy forwarded.
+  std::string ClientAddress(const httplib::Request& req) const;
   void ReleaseRequest(const httplib::Request& req);
 
   const HttpApiOptions options_;

@@ -204,14 +204,14 @@ void HttpApi::InstallUiHandlers() {
   RequestAuthorizer* authorizer = &authorizer_;
 
   const bool secure = o.secure_cookies;
-  server_->Post("/api/v1/session", [authorizer, secure](const httplib::Request& req,
-                                                        httplib::Response& res) {
+  server_->Post("/api/v1/session", [this, authorizer, secure](const httplib::Request& req,
+                                                              httplib::Response& res) {
     Json body = ParseBody(req.body);
     if (body.is_discarded() || !body.is_object() || !body.contains("token") ||
         !body["token"].is_string())
       return ReplyError(res, 400, "body must be {\"token\": \"<API token>\"}");
     absl::StatusOr<NewSession> session =
-        authorizer->SignIn(body["token"].get<std::string>(), req.remote_addr);
+        authorizer->SignIn(body["token"].get<std::string>(), ClientAddress(req));
     if (!session.ok()) return ReplyStatus(res, session.status());
     res.set_header("Set-Cookie", SessionCookie(session->id, kCookieMaxAge, secure, req));
     res.set_header("Cache-Control", "no-store");

@@ -98,6 +98,8 @@ absl::Status VigilServer::Start() {
                                         ? options_.grpc_tls->node_identity
                                         : NodeIdentity::kNone));
   }
+  VIGIL_ASSIGN_OR_RETURN(TrustedProxies trusted_proxies,
+                         TrustedProxies::Parse(options_.http_trusted_proxies));
   RuleSet rules = DefaultRuleSet();
   if (!options_.rules_file.empty()) {
     VIGIL_ASSIGN_OR_RETURN(rules, LoadRuleFile(options_.rules_file));
@@ -246,6 +248,7 @@ absl::Status VigilServer::Start() {
   http_options.threads = options_.http_threads;
   http_options.max_requests_per_client = options_.http_max_requests_per_client;
   http_options.secure_cookies = options_.http_secure_cookies;
+  http_options.trusted_proxies = std::move(trusted_proxies);
   auto http = std::make_unique<HttpApi>(http_options);
   auto [http_host, http_port] = SplitHostPort(options_.http_listen);
   absl::StatusOr<int> bound = http->Start(http_host, http_port);

@@ -94,6 +94,23 @@ TEST(ConfigTest, ReportsEveryErrorWithItsPath) {
   EXPECT_EQ(options.data_dir, "/keep") << "options untouched on error";
 }
 
+TEST(ConfigTest, TrustedProxiesAreCheckedWhenParsed) {
+  ServerOptions options;
+  ASSERT_TRUE(ParseServerConfig(R"({"http": {"trusted_proxies": ["10.0.0.0/8", "::1"]}})",
+                                &options)
+                  .ok());
+  EXPECT_EQ(options.http_trusted_proxies, (std::vector<std::string>{"10.0.0.0/8", "::1"}));
+  absl::Status s = ParseServerConfig(
+      R"({"http": {"trusted_proxies": ["10.0.0.0/40", 7, "proxy.example"]}})", &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("http.trusted_proxies[0]: trusted proxy \"10.0.0.0/40\": prefix"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("http.trusted_proxies[1]: must be a string"), std::string::npos);
+  EXPECT_NE(s.message().find("http.trusted_proxies[2]"), std::string::npos);
+  EXPECT_FALSE(ParseServerConfig(R"({"http": {"trusted_proxies": "10.0.0.1"}})", &options).ok());
+}
+
 TEST(ConfigTest, SyntaxErrorIsReported) {
   ServerOptions options;
   absl::Status s = ParseServerConfig("{\"memory\": tru}", &options);

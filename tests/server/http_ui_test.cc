@@ -437,6 +437,55 @@ TEST(HttpUiTest, RequestsInFlightAreCappedPerClient) {
   EXPECT_EQ(status, 200);
 }
 
+// Behind a trusted reverse proxy the cap counts the clients the proxy
+// names in X-Forwarded-For, not the proxy; anyone else's header is ignored,
+// so a client cannot escape its cap by inventing addresses.
+TEST(HttpUiTest, TheCapCountsTheClientsATrustedProxyNames) {
+  auto hello = [](const std::string& s) { return s.find("event: hello") != std::string::npos; };
+  for (bool trusted : {true, false}) {
+    SCOPED_TRACE(trusted ? "proxy trusted" : "no proxy trusted");
+    ServerOptions options = UiOptions(/*http_threads=*/4);
+    options.http_max_requests_per_client = 1;
+    if (trusted) options.http_trusted_proxies = {"10.9.0.0/16", "127.0.0.1"};
+    TestServer t(options);
+    const int port = t.server.http_port();
+    EventStream stream(port, "/api/v1/events", {{"X-Forwarded-For", "192.0.2.1, 10.9.0.4"}});
+    ASSERT_TRUE(stream.WaitUntil(hello, kWaitSeconds));
+    HttpResult other = HttpSend(port, "GET", "/api/v1/incidents", "",
+                                {{"X-Forwarded-For", "192.0.2.2"}});
+    HttpResult same = HttpSend(port, "GET", "/api/v1/incidents", "",
+                               {{"X-Forwarded-For", "192.0.2.1"}});
+    EXPECT_EQ(other.status, trusted ? 200 : 429) << other.body;
+    EXPECT_EQ(same.status, 429) << same.body;
+    EXPECT_NE(same.body.find(trusted ? "from 192.0.2.1" : "from 127.0.0.1"), std::string::npos)
+        << same.body;
+  }
+}
+
+// Failed sign-ins are limited per client behind a trusted proxy: one
+// guesser is refused, a colleague behind the same proxy still signs in.
+TEST(HttpUiTest, SignInLimitsCountTheClientsATrustedProxyNames) {
+  ServerOptions options = UiOptions();
+  options.http_trusted_proxies = {"127.0.0.1"};
+  TestServer t(options);
+  const int port = t.server.http_port();
+  const HttpHeaders guesser = {{"X-Forwarded-For", "198.51.100.7"}};
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(HttpSend(port, "POST", "/api/v1/session",
+                       Json{{"token", "guess-" + std::to_string(i)}}.dump(), guesser)
+                  .status,
+              401);
+  }
+  EXPECT_EQ(HttpSend(port, "POST", "/api/v1/session", Json{{"token", "viewer-token"}}.dump(),
+                     guesser)
+                .status,
+            429);
+  EXPECT_EQ(HttpSend(port, "POST", "/api/v1/session", Json{{"token", "viewer-token"}}.dump(),
+                     {{"X-Forwarded-For", "198.51.100.8"}})
+                .status,
+            200);
+}
+
 TEST(HttpUiTest, NodesAndJobsFromFrames) {
   TestServer t(UiOptions());
   const int port = t.server.http_port();
