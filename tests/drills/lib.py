@@ -117,12 +117,15 @@ class Proc:
     def __init__(self, env, name, argv, extra_env=None):
         self.name, self.argv = name, argv
         self.log_path = env.dir / f"{name}.log"
-        self.logf = open(self.log_path, "ab")
         e = dict(os.environ)
         e.update(extra_env or {})
-        self.p = subprocess.Popen(argv, stdout=self.logf, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, env=e, start_new_session=True,
-                                  preexec_fn=_die_with_parent)
+        # The child keeps its own copy of the log; the runner closes its
+        # one at once, or a soak of 1,000+ agents runs it out of descriptors
+        # (its proxy's sockets then fail to open).
+        with open(self.log_path, "ab") as logf:
+            self.p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, env=e, start_new_session=True,
+                                      preexec_fn=_die_with_parent)
         self.pid = self.p.pid
 
     def alive(self):
@@ -184,7 +187,6 @@ class Env:
                 p.p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            p.logf.close()
         for m in reversed(self.mounts):
             subprocess.run(["umount", "-l", str(m)], capture_output=True)
         if self.keep or self.failed:
@@ -484,13 +486,18 @@ class TcpProxy:
             return
         u.settimeout(None)
         pending_since = None
+        # poll, not select: select() fails on descriptors past 1,024.
+        poller = select.poll()
+        by_fd = {c.fileno(): c, u.fileno(): u}
+        for s in by_fd.values():
+            poller.register(s, select.POLLIN)
         try:
             while not self.stopping:
                 if not self.flowing.is_set():
                     self.flowing.wait()
                     pending_since = None
                     continue
-                r, _, _ = select.select([c, u], [], [], 0.2)
+                r = [by_fd[fd] for fd, _ in poller.poll(200)]
                 for s in r:
                     if not self.flowing.is_set():
                         break
