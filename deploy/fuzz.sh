@@ -14,6 +14,7 @@
 #   VIGIL_FUZZ_BUILD=DIR  builds in DIR instead of build-fuzz (deploy/test.sh
 #            shares its clang sanitizer build this way).
 #   VIGIL_FUZZ_JOBS=N     fuzzes N targets at a time (default 1).
+#   TMPDIR   where the file-recovery targets write (default /dev/shm).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-10}
@@ -36,6 +37,10 @@ jobs=${VIGIL_FUZZ_JOBS:-1}
 summary=$build/fuzz-summary.txt
 : >"$summary"
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The frame-log and spool targets write each input to files and reopen
+# them: on a tmpfs that is CPU, not waits on the disk (on the data disk
+# 1,200 s of wall time gave them 483 and 867 CPU s).
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 # Replays, then fuzzes one target; writes its summary line to
 # $build/$1.summary. Returns non-zero (after printing why) on any failure.
 fuzz_one() {
