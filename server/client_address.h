@@ -43,8 +43,6 @@ class TrustedProxies {
   // gives `peer`.
   std::string ClientOf(std::string_view peer, std::string_view forwarded_for) const;
 
-  bool empty() const { return networks_.empty(); }
-
  private:
   struct Network {
     std::array<uint8_t, 16> bytes;  // IPv4 as IPv4-mapped IPv6
