@@ -91,7 +91,7 @@ Next Advance(const OutboxItem& item, DeliveryVerdict verdict, size_t requests,
     }
     *cursor = Cursor{.route = cursor->route + 1};
   }
-  if (attempts >= options.max_attempts) {
+  if (options.max_attempts > 0 && attempts >= options.max_attempts) {
     *reason = absl::StrCat("gave up after ", attempts, " attempts");
     return Next::kFailed;
   }
@@ -520,11 +520,11 @@ absl::Status Outbox::Impl::ValidateOptions() const {
       options.clock == nullptr || !options.render)
     return absl::InvalidArgumentError(
         "outbox: store, transport, clock and render are required");
-  if (options.failover_after_attempts < 1 || options.max_attempts < 1 ||
+  if (options.failover_after_attempts < 1 || options.max_attempts < 0 ||
       options.max_in_flight_per_receiver < 1)
     return absl::InvalidArgumentError(
-        "outbox: failover_after_attempts, max_attempts and "
-        "max_in_flight_per_receiver must be >= 1");
+        "outbox: failover_after_attempts and max_in_flight_per_receiver "
+        "must be >= 1, max_attempts >= 0");
   if (!(options.base_backoff_seconds >= 0) ||
       !(options.max_backoff_seconds >= 0) ||
       !(options.give_up_after_seconds > 0) ||

@@ -186,10 +186,13 @@ struct OutboxOptions {
   // permanent failure moves at once). The last route keeps retrying,
   // within max_attempts and give_up_after_seconds.
   int failover_after_attempts = 3;
-  // An item not delivered after this many sends in all is failed.
-  int max_attempts = 50;
-  // ...or this long after it was enqueued.
+  // An item not delivered this long after it was enqueued is failed.
   double give_up_after_seconds = 24 * 3600.0;
+  // ...or after this many sends in all; 0 (the default): no count, time
+  // alone. A count is no measure of an outage: at a 4-s retry cap, 50
+  // sends were three minutes, and the full receivers drill lost pages and
+  // actions to it.
+  int max_attempts = 0;
   // Limit on one send, connection included.
   double request_timeout_seconds = 10;
   // Sender threads per receiver: at most this many of its requests are in

@@ -504,6 +504,28 @@ TEST_F(OutboxTest, LastRouteKeepsRetryingUntilMaxAttempts) {
   EXPECT_THAT(s.last_detail, HasSubstr("gave up after 3 attempts"));
 }
 
+// With a short retry cap an outage of minutes is hundreds of sends; by
+// default only time gives up on an item, so the page goes out when the
+// receiver returns (the full receivers drill, 10 min at a 4-s cap, lost
+// pages to a 50-send limit).
+TEST_F(OutboxTest, AnOutageOfManyShortRetriesDoesNotGiveUp) {
+  OutboxOptions options = Options();
+  options.base_backoff_seconds = 1;
+  options.max_backoff_seconds = 1;
+  auto outbox = Start(options);
+  receiver_.SetDown(true);
+  ASSERT_TRUE(outbox->Enqueue(Item("k1", {"hook"}, "inc-1", 0)).ok());
+  for (uint64_t n = 1; n <= 80; ++n) {
+    ASSERT_TRUE(WaitFor([&] { return AttemptsReach(*outbox, n); })) << n;
+    clock_.Advance(1);
+  }
+  EXPECT_TRUE(IsState(*outbox, "k1", "pending"));
+  receiver_.SetDown(false);
+  clock_.Advance(1);
+  ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "k1", "delivered"); }));
+  EXPECT_EQ(outbox->counters().failed, 0u);
+}
+
 TEST_F(OutboxTest, GivesUpWhenRetryWouldPassTheDeadline) {
   OutboxOptions options = Options();
   options.give_up_after_seconds = 100;
@@ -1006,7 +1028,7 @@ TEST_F(OutboxTest, RejectsBadInput) {
   EXPECT_EQ(Outbox(no_store).Start().code(),
             absl::StatusCode::kInvalidArgument);
   OutboxOptions no_attempts = Options();
-  no_attempts.max_attempts = 0;
+  no_attempts.max_attempts = -1;
   EXPECT_EQ(Outbox(no_attempts).Start().code(),
             absl::StatusCode::kInvalidArgument);
   OutboxOptions no_render = Options();
