@@ -263,7 +263,7 @@ INSTANTIATE_TEST_SUITE_P(
                      "empty value"},
         BadInputCase{"NodeNotUtf8",
                      [](v1::FrameBatch* b) {
-                       b->mutable_hello()->set_node("n\xfe1");
+                       b->mutable_hello()->set_node("n\xfe" "1");
                      },
                      RejectReason::kBadHello, "batch 1: hello: bad node name: ",
                      "UTF-8"},
