@@ -82,6 +82,24 @@ Detector::Impl::Impl(const DetectorOptions& o) : opt(o) {
   }
 }
 
+JobFamilyMatcher::JobFamilyMatcher(const std::string& pattern) {
+  if (pattern.empty()) return;
+  try {
+    re_.emplace(pattern);
+  } catch (const std::regex_error&) {
+    re_.reset();  // Validated by the caller; never fatal here.
+  }
+}
+
+std::string JobFamilyMatcher::FamilyOf(std::string_view job) const {
+  if (!re_) return "";
+  std::match_results<std::string_view::const_iterator> match;
+  if (std::regex_match(job.begin(), job.end(), match, *re_) &&
+      match.size() > 1 && match[1].length() > 0)
+    return match[1].str();
+  return "";
+}
+
 Detector::Detector(const DetectorOptions& options)
     : impl_(std::make_unique<Impl>(options)) {}
 
@@ -514,6 +532,37 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
     default:
       break;
   }
+}
+
+void Detector::NodeMovedAway(const FrameView& frame,
+                             std::vector<Anomaly>* out) {
+  Impl& m = *impl_;
+  auto it = m.node_by_name.find(detector_internal::AbslView(frame.node));
+  if (it == m.node_by_name.end()) return;
+  const uint32_t idx = it->second;
+  m.out = out;
+  m.ts = frame.ts;
+  m.step.reset();
+  NodeState& n = m.nodes[idx];
+  if (!frame.job_end.job.empty() && m.jobs[n.job].name == frame.job_end.job &&
+      !n.ended) {
+    m.EndPair(idx, frame.ts, frame.job_end.step.value_or(n.step));
+    m.MaybeJobEnded(n.job, frame.ts,
+                    frame.job_end.reason.empty()
+                        ? std::string_view("the nodes' agents reported its end")
+                        : frame.job_end.reason);
+  }
+  // As in Activate for a node that moved on: its pair here stops counting.
+  NodeState& moved = m.nodes[idx];
+  moved.retired = true;
+  if (moved.silent) {
+    moved.silent = false;
+    m.Emit(moved.silent_idle ? AnomalyKind::kIdleNodeSilent
+                             : AnomalyKind::kNodeSilent,
+           true, idx, kNone, kNone, 0);
+  }
+  m.node_by_name.erase(detector_internal::AbslView(frame.node));
+  m.out = nullptr;
 }
 
 void Detector::ProcessFrame(const FrameView& frame, std::vector<Anomaly>* out) {

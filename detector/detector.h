@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,6 +90,21 @@ struct JobContext {
 //
 // Not thread-safe: one thread (or one lock) drives an instance. Holds no
 // references to its inputs after a call returns.
+// The family of a job name under LifecycleOptions::family_pattern (its
+// first capture group): the runs of one family share learned profiles, so
+// whoever splits jobs across detectors must keep a family together.
+// Thread-safe.
+class JobFamilyMatcher {
+ public:
+  // An empty or invalid pattern makes every family "".
+  explicit JobFamilyMatcher(const std::string& pattern);
+  // The family of `job`, or "" when its name has no run suffix.
+  std::string FamilyOf(std::string_view job) const;
+
+ private:
+  std::optional<std::regex> re_;
+};
+
 class Detector {
  public:
   // Ids are store series ids and should be dense (allocated sequentially):
@@ -156,6 +172,16 @@ class Detector {
   // jobs are ignored.
   void SetJobState(std::string_view job, JobRunState state, double ts,
                    std::vector<Anomaly>* out);
+
+  // Tells the detector that `frame.node` now reports a job another
+  // detector watches (the server splits jobs across detection shards), so
+  // its current pair here will see no more frames: when `frame.job_end`
+  // names the job it ran here, that run ends as with a job_end marker
+  // (appending what follows to `out`); otherwise the pair is retired like
+  // that of a node that moved to another job (no silence alarm, a pending
+  // one cleared). Only `node`, `ts` and `job_end` of `frame` are read. A
+  // node unknown here is ignored.
+  void NodeMovedAway(const FrameView& frame, std::vector<Anomaly>* out);
 
   // Jobs whose nodes all stopped and that wait for the scheduler's word
   // (LifecycleOptions::await_scheduler_s); empty when that is 0.

@@ -148,6 +148,9 @@ struct IncidentEngine::Impl {
   void EndConditions(const Anomaly& a);
   // Records that `t` implicated its node; opens or updates a lemon.
   void Implicate(const Tracked& t, std::vector<IncidentUpdate>* out);
+  // Implications made since TakeImplications last ran.
+  std::vector<IncidentEngine::NodeImplication> recorded;
+  bool record_implications = false;
   // Lemons whose window expired; GPU-hours at risk.
   void CheckLemons(std::vector<IncidentUpdate>* out);
   void CheckRisk(std::vector<IncidentUpdate>* out);
@@ -678,6 +681,8 @@ void IncidentEngine::Impl::Implicate(const Tracked& t,
   }
   std::deque<Implication>& h = implicated[t.inc.node];
   h.push_back({t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
+  if (record_implications)
+    recorded.push_back({t.inc.node, t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
   while (!h.empty() && h.front().ts < now - s.lemon_window_s) h.pop_front();
   std::set<std::string> jobs;
   std::set<int> gpus;
@@ -719,6 +724,24 @@ void IncidentEngine::Impl::Implicate(const Tracked& t,
     return;
   }
   OpenOrReopen(key, a, rule, out);
+}
+
+void IncidentEngine::set_record_implications(bool record) {
+  impl_->record_implications = record;
+  if (!record) impl_->recorded.clear();
+}
+
+void IncidentEngine::TakeImplications(std::vector<NodeImplication>* out) {
+  for (NodeImplication& i : impl_->recorded) out->push_back(std::move(i));
+  impl_->recorded.clear();
+}
+
+void IncidentEngine::AddImplication(const NodeImplication& i) {
+  std::deque<Implication>& h = impl_->implicated[i.node];
+  // In time order, as Implicate keeps them (the window drops the front).
+  auto at = h.end();
+  while (at != h.begin() && std::prev(at)->ts > i.ts) --at;
+  h.insert(at, Implication{i.ts, i.job, i.id, i.kind, i.gpu});
 }
 
 void IncidentEngine::Impl::CheckLemons(std::vector<IncidentUpdate>* out) {

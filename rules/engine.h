@@ -114,6 +114,27 @@ class IncidentEngine {
   // Where GPU-hours at risk come from (not owned; null: never raised).
   void set_context_source(const JobContextSource* source);
 
+  // One incident that implicated a node (repeat offenders): what engines
+  // that watch other jobs of the fleet must learn (AddImplication).
+  struct NodeImplication {
+    std::string node;
+    double ts = 0;
+    std::string job;
+    std::string id;
+    std::string kind;
+    std::optional<int> gpu;
+  };
+  // Makes the engine keep the implications it makes for TakeImplications
+  // (off by default: nobody takes them from a lone engine).
+  void set_record_implications(bool record);
+  // Moves the implications this engine recorded since the last call to
+  // `out` (appended).
+  void TakeImplications(std::vector<NodeImplication>* out);
+  // Records an implication another engine made (its jobs are not this
+  // engine's): it counts toward this engine's repeat offenders as its own
+  // do, but raises nothing by itself. Never fails.
+  void AddImplication(const NodeImplication& implication);
+
   // The repeat-offender history (which incidents implicated which node,
   // within lemon_window_s) as JSON text, and back: it spans days, so it
   // must outlive a server restart. RestoreHistory: kInvalidArgument for

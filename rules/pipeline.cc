@@ -73,6 +73,12 @@ void DetectionPipeline::ProcessFrame(const FrameView& frame,
   Drain(std::max(t, frame.ts), out);
 }
 
+void DetectionPipeline::NodeMovedAway(const FrameView& frame,
+                                      std::vector<IncidentUpdate>* out) {
+  detector_.NodeMovedAway(frame, &anomalies_);
+  Drain(frame.ts, out);
+}
+
 void DetectionPipeline::AdvanceTime(double ts,
                                     std::vector<IncidentUpdate>* out) {
   detector_.AdvanceTime(ts, &anomalies_);

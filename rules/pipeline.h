@@ -51,6 +51,23 @@ class DetectionPipeline : private JobContextSource {
   void ProcessFrame(const FrameView& frame, std::vector<IncidentUpdate>* out,
                     std::optional<double> now = std::nullopt);
 
+  // The repeat-offender implications to share with pipelines that watch
+  // the fleet's other jobs (IncidentEngine::TakeImplications and
+  // AddImplication); recorded only once set_record_implications(true).
+  void set_record_implications(bool record) {
+    engine_.set_record_implications(record);
+  }
+  void TakeImplications(std::vector<IncidentEngine::NodeImplication>* out) {
+    engine_.TakeImplications(out);
+  }
+  void AddImplication(const IncidentEngine::NodeImplication& implication) {
+    engine_.AddImplication(implication);
+  }
+
+  // The node of `frame` now reports a job another pipeline watches
+  // (Detector::NodeMovedAway); appends what follows to `out`.
+  void NodeMovedAway(const FrameView& frame, std::vector<IncidentUpdate>* out);
+
   // Moves time to `ts` without a frame (the live server's clock tick) and
   // appends silences, hangs and auto-resolutions that fell due to `out`.
   void AdvanceTime(double ts, std::vector<IncidentUpdate>* out);

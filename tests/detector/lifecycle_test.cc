@@ -110,6 +110,15 @@ class Fleet {
 
   void Advance(double ts) { pipeline_.AdvanceTime(ts, &updates_); }
 
+  // `node` now reports a job another pipeline watches.
+  void MovedAway(const std::string& node, double ts, JobEndView end = {}) {
+    FrameView f;
+    f.node = node;
+    f.ts = ts;
+    f.job_end = end;
+    pipeline_.NodeMovedAway(f, &updates_);
+  }
+
   // Updates that opened or raised a P0-P2 incident.
   std::vector<IncidentUpdate> Pages() const {
     std::vector<IncidentUpdate> out;
@@ -235,6 +244,35 @@ TEST(JobLifecycleTest, MarkerEndIsALifecycleEventNotAPage) {
   EXPECT_EQ(end.step, 399);
   EXPECT_NE(end.summary.find("completed"), std::string::npos)
       << end.summary << "\n" << f.Describe(f.updates());
+}
+
+// The server splits jobs across detection shards: a node whose next job
+// is watched by another shard leaves this one through NodeMovedAway. With
+// the marker the job ends at once; without it the pairs are retired and the
+// job ends as one whose nodes all moved on. Either way one P3 lifecycle
+// incident and no node silent here, however long the shard's clock runs on.
+TEST(JobLifecycleTest, NodesMovingToAnotherShardAreNotSilentHere) {
+  for (const bool marker : {true, false}) {
+    SCOPED_TRACE(marker ? "with marker" : "without marker");
+    Fleet here, there;
+    Train(here, "llm", 4, kT0, 0, 400);
+    for (int i = 0; i < 4; ++i) {
+      JobEndView end;
+      if (marker) end = {"llm", 399, "job_changed"};
+      here.MovedAway(Node(i), kT0 + 400 + 0.01 * i, end);
+    }
+    Train(there, "other-job", 4, kT0 + 401, 0, 300);
+    here.Advance(kT0 + 4000);
+    EXPECT_TRUE(here.Pages().empty()) << here.Describe(here.Pages());
+    EXPECT_TRUE(there.Pages().empty()) << there.Describe(there.Pages());
+    EXPECT_TRUE(here.Opened("node_silent").empty());
+    EXPECT_EQ(here.Opened("job_ended").size(), 1u)
+        << here.Describe(here.updates());
+  }
+  // A node unknown to the shard is ignored.
+  Fleet empty;
+  empty.MovedAway("nobody", kT0);
+  EXPECT_TRUE(empty.updates().empty());
 }
 
 // Recorded traces and old agents: no marker, the nodes just stop (or go on
@@ -683,6 +721,14 @@ TEST(DetectorPeerTest, NoisyJobPagesForPersistentDifferencesOnly) {
 // A snapshot carries learned baselines over to a new detector: the series
 // registered again under the same ids are learned at once; a corrupt
 // snapshot is refused and changes nothing.
+TEST(JobFamilyMatcherTest, FamilyIsTheFirstGroup) {
+  JobFamilyMatcher m("(.+)-run[0-9]+");
+  EXPECT_EQ(m.FamilyOf("llm70b-run3"), "llm70b");
+  EXPECT_EQ(m.FamilyOf("llm70b"), "");
+  EXPECT_EQ(JobFamilyMatcher("").FamilyOf("x-run1"), "");
+  EXPECT_EQ(JobFamilyMatcher("(unclosed").FamilyOf("x-run1"), "");
+}
+
 TEST(DetectorStateTest, SnapshotRoundTrip) {
   DetectorOptions o;
   o.baseline.learn_steps = 100;
