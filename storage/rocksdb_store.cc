@@ -334,8 +334,33 @@ class RocksDbStore : public SeriesStore {
   // holds less than the frame log promises.
   absl::Status WriteLocked(rocksdb::WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts a new log segment and writes all open-block tails (see top).
+  // A checkpoint in progress: the new segment, the series to write, what
+  // was written.
+  struct CheckpointWork {
+    uint64_t log_number = 0;
+    std::vector<SeriesId> ids;  // the dirty list it took; may repeat ids
+    rocksdb::WriteBatch batch;
+    std::vector<std::pair<SeriesId, int64_t>> written;  // (id, piece start)
+  };
+  // Starts a new log segment and takes the dirty list.
+  absl::StatusOr<CheckpointWork> BeginCheckpoint()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Encodes the unwritten tails of work.ids[begin, end) into the batch.
+  void EncodePieces(CheckpointWork& work, size_t begin, size_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the batch with the new log start.
+  absl::Status WriteCheckpoint(CheckpointWork& work);
+  // Rolls back after a failed write, or deletes the pieces of blocks that
+  // closed meanwhile and the old segments.
+  absl::Status FinishCheckpoint(CheckpointWork& work, absl::Status written)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts a new log segment and writes all open-block tails (see top),
+  // all under mu_ (after any sliced checkpoint in flight).
   absl::Status Checkpoint() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The maintenance thread's checkpoint, when the log is due: encodes the
+  // tails in slices of series, releasing mu_ in between, and writes them
+  // unlocked, so appends wait for one slice, not for the whole store.
+  absl::Status CheckpointInSlices() ABSL_LOCKS_EXCLUDED(mu_);
   void Hook(std::string_view step) const {
     if (options_.checkpoint_hook) options_.checkpoint_hook(step);
   }
@@ -384,6 +409,8 @@ class RocksDbStore : public SeriesStore {
   // by recovery when the segment broke).
   absl::Status log_error_ ABSL_GUARDED_BY(mu_);
   uint64_t checkpoints_ ABSL_GUARDED_BY(mu_) = 0;
+  // A sliced checkpoint runs (CheckpointInSlices); others wait for it.
+  bool checkpointing_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);  // by id, like keys_
   uint64_t expired_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<SeriesId> dirty_ ABSL_GUARDED_BY(mu_);  // may repeat ids
@@ -543,6 +570,12 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       continue;
     }
     if (ts.empty()) continue;
+    if (b.cursor.has_last && ts.back() <= b.cursor.last_ms) {
+      // A piece of a block that closed while a checkpoint wrote it (a
+      // crash before that checkpoint deleted it): the chunk has it all.
+      (void)quarantine.Delete(cf(kOpen), k);
+      continue;
+    }
     if (b.offsets.empty()) b.start_ms = ts[0];
     b.pieces.push_back(Unbiased(GetBE(k.data() + 4, 8)));
     for (size_t i = 0; i < ts.size(); ++i) {
@@ -669,7 +702,7 @@ absl::Status RocksDbStore::WriteLocked(rocksdb::WriteBatch* batch) {
   return s;
 }
 
-absl::Status RocksDbStore::Checkpoint() {
+absl::StatusOr<RocksDbStore::CheckpointWork> RocksDbStore::BeginCheckpoint() {
   const uint64_t number = log_number_ + 1;
   VIGIL_ASSIGN_OR_RETURN(
       std::unique_ptr<FrameLogWriter> writer,
@@ -677,28 +710,49 @@ absl::Status RocksDbStore::Checkpoint() {
   log_ = std::move(writer);
   log_number_ = number;
   Hook("rotated");
+  CheckpointWork work;
+  work.log_number = number;
+  work.ids.swap(dirty_);
+  return work;
+}
 
-  rocksdb::WriteBatch batch;
-  std::vector<int64_t> ts;
-  std::vector<std::pair<SeriesId, int64_t>> written;
-  for (SeriesId id : dirty_) {
+void RocksDbStore::EncodePieces(CheckpointWork& work, size_t begin,
+                                size_t end) {
+  thread_local std::vector<int64_t> ts;
+  for (size_t i = begin; i < end; ++i) {
+    const SeriesId id = work.ids[i];
     Block& b = blocks_[id];
     if (b.checkpointed >= b.offsets.size()) continue;
     BlockTimestamps(b, b.checkpointed, b.offsets.size(), &ts);
     const std::string piece = EncodeChunk(
         ts, std::span(b.values).subspan(b.checkpointed), kPieceCodec);
-    (void)batch.Put(cf(kOpen), PieceKey(id, ts[0]), piece);
-    written.emplace_back(id, ts[0]);
+    (void)work.batch.Put(cf(kOpen), PieceKey(id, ts[0]), piece);
+    work.written.emplace_back(id, ts[0]);
     b.pieces.push_back(ts[0]);  // provisional: rolled back on failure
     b.checkpointed = static_cast<uint32_t>(b.offsets.size());
   }
-  (void)batch.Put(cf(kMeta), kLogStartKey, U64Value(number));
+}
+
+absl::Status RocksDbStore::WriteCheckpoint(CheckpointWork& work) {
+  (void)work.batch.Put(cf(kMeta), kLogStartKey, U64Value(work.log_number));
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  absl::Status s = DbWrite(write, &batch, "cannot checkpoint");
-  if (!s.ok()) {
+  return DbWrite(write, &work.batch, "cannot checkpoint");
+}
+
+absl::Status RocksDbStore::FinishCheckpoint(CheckpointWork& work,
+                                            absl::Status written) {
+  // Whether the block of `id` still holds the piece starting at `start`
+  // (it may have closed while an unlocked checkpoint wrote; that deleted
+  // its pieces, and cleared them, before this one was put).
+  auto holds = [this](SeriesId id, int64_t start) {
+    const std::vector<int64_t>& pieces = blocks_[id].pieces;
+    return std::find(pieces.begin(), pieces.end(), start) != pieces.end();
+  };
+  if (!written.ok()) {
     // The old segments stay in the replay range; undo the bookkeeping.
-    for (auto [id, start] : written) {
+    for (auto [id, start] : work.written) {
+      if (!holds(id, start)) continue;
       Block& b = blocks_[id];
       b.pieces.pop_back();
       b.checkpointed = static_cast<uint32_t>(
@@ -706,21 +760,61 @@ absl::Status RocksDbStore::Checkpoint() {
                     static_cast<uint32_t>(start - b.start_ms)) -
           b.offsets.begin());
     }
-    return s;
+    dirty_.insert(dirty_.end(), work.ids.begin(), work.ids.end());
+    return written;
   }
-  dirty_.clear();
   ++checkpoints_;
   Hook("committed");
+  rocksdb::WriteBatch orphans;
+  for (auto [id, start] : work.written) {
+    if (!holds(id, start)) (void)orphans.Delete(cf(kOpen), PieceKey(id, start));
+  }
+  // One left by a crash before this write is dropped when the store opens.
+  if (orphans.Count() > 0) (void)DbWrite(rocksdb::WriteOptions(), &orphans, "cannot delete pieces");
   auto segments = ListFrameLogSegments(options_.data_dir);
   if (segments.ok()) {
     for (uint64_t n : *segments) {
-      if (n < number) {
+      if (n < work.log_number) {
         std::error_code ec;
         std::filesystem::remove(FrameLogSegmentPath(options_.data_dir, n), ec);
       }
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status RocksDbStore::Checkpoint() {
+  mu_.Await(absl::Condition(
+      +[](bool* in_flight) { return !*in_flight; }, &checkpointing_));
+  VIGIL_ASSIGN_OR_RETURN(CheckpointWork work, BeginCheckpoint());
+  EncodePieces(work, 0, work.ids.size());
+  absl::Status s = WriteCheckpoint(work);
+  return FinishCheckpoint(work, s);
+}
+
+absl::Status RocksDbStore::CheckpointInSlices() {
+  CheckpointWork work;
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](bool* in_flight) { return !*in_flight; }, &checkpointing_));
+    if (log_->size() < options_.frame_log_checkpoint_bytes) return absl::OkStatus();
+    VIGIL_ASSIGN_OR_RETURN(work, BeginCheckpoint());
+    checkpointing_ = true;
+  }
+  // Appends go on between slices. A sample they add after the rotation
+  // may land in a piece too: replaying the new segment then finds it
+  // stored and drops it as a duplicate.
+  constexpr size_t kSlice = 2048;
+  for (size_t begin = 0; begin < work.ids.size(); begin += kSlice) {
+    absl::MutexLock l(&mu_);
+    EncodePieces(work, begin, std::min(work.ids.size(), begin + kSlice));
+  }
+  Hook("writing");  // unlocked: appends may run, and close blocks
+  absl::Status s = WriteCheckpoint(work);
+  absl::MutexLock l(&mu_);
+  checkpointing_ = false;
+  return FinishCheckpoint(work, s);
 }
 
 absl::StatusOr<SeriesId> RocksDbStore::Find(const SeriesKey& key) const {
@@ -1301,12 +1395,10 @@ void RocksDbStore::MaintenanceLoop() {
       TryRecover();
       continue;
     }
+    if (absl::Status s = CheckpointInSlices(); !s.ok()) NoteError(s);
     bool retention_due;
     {
       absl::MutexLock l(&mu_);
-      if (log_->size() >= options_.frame_log_checkpoint_bytes) {
-        if (absl::Status s = Checkpoint(); !s.ok()) NoteError(s);
-      }
       const double now = options_.store.clock->Now();
       retention_due = now >= next_retention_;
       if (retention_due) next_retention_ = now + kRetentionInterval;

@@ -33,10 +33,13 @@ struct RocksDbStoreOptions {
   // The RocksDB environment, for tests that inject I/O faults; null: the
   // default. Not owned; must outlive the store.
   rocksdb::Env* env = nullptr;
-  // Test hook, called (under the store's lock) at the steps of a checkpoint:
-  // "rotated" (new log segment created, open blocks not yet written) and
-  // "committed" (open blocks written, old segments not yet deleted). Crash
-  // tests _exit() there. Empty by default.
+  // Test hook, called at the steps of a checkpoint: "rotated" (new log
+  // segment created, open blocks not yet written; under the store's lock),
+  // "writing" (the maintenance thread's checkpoint only: tails encoded, not
+  // yet written; unlocked, so appends run meanwhile) and "committed" (open
+  // blocks written, old segments and pieces of blocks closed meanwhile not
+  // yet deleted; under the lock). Crash tests _exit() there. Empty by
+  // default.
   std::function<void(std::string_view step)> checkpoint_hook;
 };
 

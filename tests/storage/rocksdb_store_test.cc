@@ -13,6 +13,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "absl/time/clock.h"
@@ -79,6 +81,44 @@ bool WaitFor(Fn done) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   return true;
+}
+
+// Open-block pieces in the store at `dir` (closed) that belong to blocks
+// already closed (their start is not after the series' closed-block
+// cursor), read behind the store's back; -1 if it cannot be read.
+int CountStalePieces(const std::string& dir) {
+  rocksdb::DBOptions db_options;
+  std::vector<std::string> names;
+  if (!rocksdb::DB::ListColumnFamilies(db_options, dir + "/db", &names).ok()) return -1;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const std::string& name : names)
+    families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw_db = nullptr;
+  if (!rocksdb::DB::OpenForReadOnly(db_options, dir + "/db", families, &handles, &raw_db).ok())
+    return -1;
+  std::unique_ptr<rocksdb::DB> db(raw_db);
+  int stale = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != "open") continue;
+    // Keys: series id (4 bytes, big-endian) -> cursor whose first 8 bytes
+    // are the last closed sample's time; id + piece start (8 bytes) ->
+    // piece. Times are biased big-endian, so bytes compare as times.
+    std::string cursor_id, cursor_last;
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const std::string key = it->key().ToString();
+      if (key.size() == 4) {
+        cursor_id = key;
+        cursor_last = it->value().ToString().substr(0, 8);
+      } else if (key.size() == 12 && key.substr(0, 4) == cursor_id &&
+                 key.substr(4) <= cursor_last) {
+        ++stale;
+      }
+    }
+  }
+  for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
+  return stale;
 }
 
 // The value series `s` holds at frame `f`.
@@ -367,6 +407,57 @@ TEST_F(RocksDbStoreTest, CheckpointsRunOffTheAppendPath) {
   EXPECT_EQ(StoredFrames(store.get()), 100);
 }
 
+// The maintenance thread's checkpoint writes unlocked: an append made
+// while it writes goes through, and the blocks it closes (whose pieces the
+// checkpoint is writing) leave no piece behind; every frame is stored once.
+TEST_F(RocksDbStoreTest, AppendsGoOnWhileACheckpointWrites) {
+  RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+  options.frame_log_checkpoint_bytes = 1000;
+  std::atomic<bool> armed = false, hooked = false;
+  std::atomic<int> appended_while_writing = 0;
+  SeriesStore* target = nullptr;
+  std::mutex append_mu;  // one appender at a time, frames in order
+  int next_frame = 0;
+  auto append_next = [&] {
+    std::lock_guard<std::mutex> l(append_mu);
+    const absl::Status s = AppendFrameAt(target, next_frame);
+    if (s.ok()) ++next_frame;
+    return s;
+  };
+  options.checkpoint_hook = [&](std::string_view step) {
+    if (step != "writing" || !armed.exchange(false)) return;
+    // Another thread appends 20 frames (a block is 16): each closes or
+    // extends blocks the checkpoint holds pieces of.
+    auto done = std::async(std::launch::async, [&] {
+      for (int i = 0; i < 20; ++i) {
+        if (!append_next().ok()) return;
+        ++appended_while_writing;
+      }
+    });
+    EXPECT_EQ(done.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+        << "an append waited for the checkpoint's write";
+    hooked = true;
+  };
+  auto store = Open(options);
+  target = store.get();
+  ResolveAll(store.get());
+  for (int f = 0; f < 12; ++f) ASSERT_TRUE(append_next().ok());
+  armed = true;
+  while (armed) {
+    ASSERT_TRUE(append_next().ok());
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(WaitFor([&] { return hooked.load(); }));
+  EXPECT_EQ(appended_while_writing, 20);
+  const int frames = next_frame;
+  EXPECT_EQ(StoredFrames(store.get()), frames);
+  store.reset();
+  EXPECT_EQ(CountStalePieces(dir_.path()), 0)
+      << "pieces of blocks closed during the checkpoint were left behind";
+  store = Open();
+  EXPECT_EQ(StoredFrames(store.get()), frames);
+}
+
 // A chunk that no longer decodes (bit rot, a bug) is skipped by queries,
 // and quarantined by retention instead of blocking it forever.
 TEST_F(RocksDbStoreTest, CorruptChunksAreQuarantinedNotFatal) {
@@ -482,7 +573,7 @@ TEST_P(CheckpointCrashTest, NoSampleLostOrDuplicated) {
 
 INSTANTIATE_TEST_SUITE_P(
     Steps, CheckpointCrashTest,
-    ::testing::Combine(::testing::Values("rotated", "committed"),
+    ::testing::Combine(::testing::Values("rotated", "writing", "committed"),
                        ::testing::Values(1, 2, 5)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param)) + "_" +
