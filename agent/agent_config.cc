@@ -102,7 +102,8 @@ absl::Status ParseAgentConfig(std::string_view text, AgentConfig* config) {
                     {"server", "node", "idle_job", "interval_seconds",
                      "transport", "spool_dir", "spool_max_mb",
                      "metrics_listen", "sysfs_root", "proc_root",
-                     "collectors"})) {
+                     "collectors", "unreachable_after_seconds",
+                     "status_file"})) {
     r.String(*doc, "", "server", &c.server);
     r.String(*doc, "", "node", &c.node);
     r.String(*doc, "", "idle_job", &c.idle_job);
@@ -111,6 +112,9 @@ absl::Status ParseAgentConfig(std::string_view text, AgentConfig* config) {
     r.Integer(*doc, "", "spool_max_mb", 1, int64_t{1} << 20, 1,
               &c.spool_max_mb);
     r.String(*doc, "", "metrics_listen", &c.metrics_listen);
+    r.Positive(*doc, "", "unreachable_after_seconds", 1, 7 * 86400,
+               &c.unreachable_after_seconds);
+    r.String(*doc, "", "status_file", &c.status_file);
     r.String(*doc, "", "sysfs_root", &c.sysfs_root);
     r.String(*doc, "", "proc_root", &c.proc_root);
     if (auto it = doc->find("transport"); it != doc->end())

@@ -96,6 +96,17 @@ struct AgentConfig {
   // Where the agent serves its own /metrics, IPV4:PORT (e.g.
   // 127.0.0.1:9465); empty: nowhere.
   std::string metrics_listen;
+  // Without an acknowledgement from the server for this long, the agent
+  // says it cannot reach it: a log line, vigil_agent_server_unreachable 1
+  // (agent/server_reachability.h).
+  double unreachable_after_seconds = 300;
+  // node_exporter textfile-collector file for the node's own monitoring
+  // (e.g. /var/lib/node_exporter/textfile_collector/vigil_agent.prom),
+  // holding vigil_agent_server_unreachable and
+  // vigil_agent_seconds_since_last_ack, replaced atomically every 10 s
+  // (or every unreachable_after_seconds / 2 when that is shorter);
+  // empty: none.
+  std::string status_file;
   // Roots of sysfs and procfs (tests point them at fixture trees).
   std::string sysfs_root = "/sys";
   std::string proc_root = "/proc";

@@ -28,6 +28,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,7 @@
 #include "agent/disk_spool.h"
 #include "agent/scenario_spec.h"
 #include "agent/scenarios.h"
+#include "agent/server_reachability.h"
 #include "agent/simulator.h"
 #include "agent/simulator_collector.h"
 #include "agent/stream_client.h"
@@ -450,15 +452,30 @@ int main(int argc, char** argv) {
   if (!client.ok()) return Fail(std::string(client.status().message()));
   collect = make_collect_runner(client->get());
 
+  // Says on the node when no server acknowledges (log, metrics, file).
+  vigil::agent::ServerReachabilityOptions reach_options;
+  reach_options.stats = [c = client->get()] { return c->stats(); };
+  reach_options.server = config.server;
+  reach_options.unreachable_after_seconds = config.unreachable_after_seconds;
+  // Every 10 s, or often enough to notice a short threshold in time.
+  reach_options.check_seconds =
+      std::min(reach_options.check_seconds, config.unreachable_after_seconds / 2);
+  reach_options.status_file = config.status_file;
+  reach_options.clock = clock;
+  vigil::agent::ServerReachability reachability(std::move(reach_options));
+
   std::unique_ptr<vigil::agent::MetricsEndpoint> metrics;
   if (!config.metrics_listen.empty()) {
     vigil::agent::StreamClient* c = client->get();
     vigil::agent::CollectRunner* r = collect.get();
-    metrics = std::make_unique<vigil::agent::MetricsEndpoint>([c, r] {
-      vigil::agent::CollectRunnerStats runner_stats = r->stats();
-      return vigil::agent::RenderAgentMetrics(
-          c->stats(), runner_stats, vigil::agent::ReadProcessUsage());
-    });
+    metrics = std::make_unique<vigil::agent::MetricsEndpoint>(
+        [c, r, reach = &reachability] {
+          vigil::agent::CollectRunnerStats runner_stats = r->stats();
+          return vigil::agent::RenderAgentMetrics(
+                     c->stats(), runner_stats,
+                     vigil::agent::ReadProcessUsage()) +
+                 reach->MetricsText();
+        });
     absl::StatusOr<int> port = metrics->Start(config.metrics_listen);
     if (!port.ok()) return Fail(std::string(port.status().message()));
     std::fprintf(stderr, "vigil-agent: /metrics on port %d\n", *port);
@@ -466,6 +483,7 @@ int main(int argc, char** argv) {
 
   HandleSignals([&] { collect->Stop(); });
   (*client)->Start();
+  reachability.Start();
   std::fprintf(stderr,
                "vigil-agent: node %s (instance %s) streaming %s to %s every "
                "%gs\n",
@@ -481,6 +499,7 @@ int main(int argc, char** argv) {
       (*client)->WaitForAcked(last_seq, clock->Now() + kFlushSeconds);
   (*client)->Stop();
   if (metrics != nullptr) metrics->Stop();
+  reachability.Stop();
   vigil::agent::StreamClientStats s = (*client)->stats();
   std::fprintf(stderr,
                "vigil-agent: exiting: enqueued %llu sent %llu acked %llu "

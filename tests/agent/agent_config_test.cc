@@ -89,6 +89,23 @@ TEST(AgentConfigTest, ReportsEveryProblemAndChangesNothing) {
   EXPECT_EQ(c.server, "keep:1");
 }
 
+TEST(AgentConfigTest, ServerUnreachableKeys) {
+  AgentConfig c;
+  EXPECT_EQ(c.unreachable_after_seconds, 300);
+  EXPECT_TRUE(c.status_file.empty());
+  absl::Status s = ParseAgentConfig(R"({"unreachable_after_seconds": 120,
+    "status_file": "/var/lib/node_exporter/textfile_collector/vigil_agent.prom"})",
+                                    &c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.unreachable_after_seconds, 120);
+  EXPECT_EQ(c.status_file, "/var/lib/node_exporter/textfile_collector/vigil_agent.prom");
+  s = ParseAgentConfig(R"({"unreachable_after_seconds": 0, "status_file": 1})", &c);
+  std::string m(s.message());
+  for (const char* want : {"unreachable_after_seconds: must be a number > 0",
+                           "status_file: must be a string"})
+    EXPECT_NE(m.find(want), std::string::npos) << want << " in\n" << m;
+}
+
 TEST(AgentConfigTest, SyntaxErrorNamesLineAndColumn) {
   AgentConfig c;
   absl::Status s = ParseAgentConfig("{\n  \"server\": \"a:1\",,\n}", &c);
