@@ -59,21 +59,23 @@ FleetView::FleetView(const SeriesStore* store, FleetViewOptions options)
     : store_(store), options_(Checked(options)) {}
 
 FleetView::Slot FleetView::Resolve(uint32_t id) {
-  auto it = slots_.find(id);
-  if (it != slots_.end()) return it->second;
-  Slot slot;
+  if (id >= slots_.size()) slots_.resize(std::max<size_t>(id + 1, slots_.size() * 5 / 4));
+  Slot& slot = slots_[id];
+  if (slot.resolved) return slot;
+  slot.resolved = true;
   absl::StatusOr<SeriesKey> key = store_->Key(id);
   if (key.ok()) {
     for (int k = 0; k < kTrackedCount; ++k) {
       if (key->metric == kTrackedNames[k]) slot.kind = static_cast<int8_t>(k);
     }
     const std::string_view gpu = key->LabelValue("gpu");
-    if (gpu.empty() || !absl::SimpleAtoi(absl::string_view(gpu.data(), gpu.size()),
-                                         &slot.gpu))
-      slot.gpu = -1;
+    int number = -1;
+    if (!gpu.empty() &&
+        absl::SimpleAtoi(absl::string_view(gpu.data(), gpu.size()), &number) &&
+        number >= 0 && number <= INT16_MAX)
+      slot.gpu = static_cast<int16_t>(number);
     if (IsGpuReading(slot.kind) && slot.gpu < 0) slot.kind = -1;
   }
-  slots_.emplace(id, slot);
   return slot;
 }
 

@@ -108,9 +108,10 @@ class FleetView : public FrameObserver {
  private:
   // What a series id means to the view.
   struct Slot {
-    int8_t kind = -1;  // index into kTracked, -1: not tracked
-    int gpu = -1;
-    bool listed = false;  // in its job's `series` already
+    bool resolved = false;  // looked up in the store already
+    int8_t kind = -1;       // index into kTracked, -1: not tracked
+    bool listed = false;    // in its job's `series` already
+    int16_t gpu = -1;
   };
   struct Bucket {
     double start = 0;
@@ -148,7 +149,8 @@ class FleetView : public FrameObserver {
   const SeriesStore* const store_;
   const FleetViewOptions options_;
   mutable std::mutex mu_;
-  absl::flat_hash_map<uint32_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  // By store series id (ids are dense): one lookup per sample, no hashing.
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   // Transparent comparators: a frame's names are looked up without a copy.
   std::map<std::string, Node, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobState, std::less<>> jobs_ ABSL_GUARDED_BY(mu_);
