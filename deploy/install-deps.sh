@@ -10,8 +10,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libzstd-dev libeigen3-dev libcpp-httplib-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libsimdjson-dev
-  libcurl4-openssl-dev libssl-dev openssl munge slurmctld slurmd slurm-client systemd
-  curl python3 python3-torch nginx-light
+  libcurl4-openssl-dev libssl-dev libsnappy-dev openssl munge slurmctld slurmd slurm-client systemd
+  curl python3 python3-torch nginx-light victoria-metrics
   clang libclang-rt-14-dev
 )
 case "${1:-}" in

@@ -237,7 +237,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                                "grpc_tls", "grpc_insecure", "node_tokens",
                                "http_listen", "web_dir", "storage", "ingest",
                                "http", "detection", "auth", "escalation",
-                               "notifications", "actuator"})) {
+                               "notifications", "actuator", "watchdog",
+                               "remote_write"})) {
     r.String(root, "", "data_dir", &o.data_dir);
     r.Bool(root, "", "memory", &o.memory);
     r.String(root, "", "grpc_listen", &o.grpc_listen);
@@ -308,7 +309,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                        "learn_max_seconds", "rewarm_seconds",
                        "family_pattern", "snapshot_seconds",
                        "scheduler_poll_seconds", "await_scheduler_seconds",
-                       "restart_resolve_seconds"})) {
+                       "restart_resolve_seconds", "workers",
+                       "queue_batches"})) {
       r.Bool(*it, "detection", "enabled", &o.detection_enabled);
       r.String(*it, "detection", "rules_file", &o.rules_file);
       r.Integer(*it, "detection", "learn_steps", 1, 100'000'000, 1,
@@ -328,6 +330,9 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                 &o.await_scheduler_seconds);
       r.Integer(*it, "detection", "restart_resolve_seconds", 1, 7 * 86400, 1,
                 &o.restart_resolve_seconds);
+      r.Integer(*it, "detection", "workers", 1, 256, 1, &o.detection_workers);
+      r.Integer(*it, "detection", "queue_batches", 1, 10'000'000, 1,
+                &o.detection_queue_batches);
     }
     if (auto it = root.find("auth"); it != root.end())
       ParseAuth(*it, r, &o.auth);
@@ -351,6 +356,10 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
       r.Positive(*it, "actuator", "checkpoint_timeout_seconds", 1, 86400,
                  &o.actuator.checkpoint_timeout_seconds);
     }
+    if (auto it = root.find("watchdog"); it != root.end())
+      ReadWatchdogConfig(*it, r, &o.watchdog);
+    if (auto it = root.find("remote_write"); it != root.end())
+      ParseRemoteWriteSection(*it, r, &o.remote_write);
   }
   if (!r.errors().empty())
     return absl::InvalidArgumentError(absl::StrJoin(r.errors(), "\n"));

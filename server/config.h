@@ -18,6 +18,8 @@
 #include "notify/notify.h"
 #include "rules/rule.h"
 #include "server/auth.h"
+#include "server/remote_write/remote_write.h"
+#include "server/watchdog/watchdog.h"
 
 namespace vigil {
 
@@ -66,7 +68,9 @@ namespace vigil {
 //                     "im": {"receivers": ["slack", "feishu"]}, ...}},
 //    "actuator": {"url": "http://127.0.0.1:9191/v1/actions",
 //                 "secret_file": "/etc/vigil/actuator.secret",
-//                 "checkpoint_timeout_seconds": 300}}
+//                 "checkpoint_timeout_seconds": 300},
+//    "watchdog": {...see server/watchdog/watchdog.h...},
+//    "remote_write": {...see server/remote_write/remote_write.h...}}
 
 // Where the pages of one escalation channel ("phone", "sms", "im",
 // "email", "pagerduty", "webhook", "ticket") go.
@@ -249,6 +253,15 @@ struct ServerOptions {
   // stopped waits for its answer before the stop is read as its end.
   double scheduler_poll_seconds = 15;
   double await_scheduler_seconds = 45;
+  // Frame worker threads, one per detection shard: jobs (whole families)
+  // are split among them, so detection uses this many cores; the gRPC
+  // threads only validate, store and hand over. Changing it re-learns what
+  // the snapshot held (DetectionOptions::shards). Repeat offenders are
+  // found among the jobs of one shard.
+  int detection_workers = 1;
+  // Batches one worker's queue may hold before ingest refuses the batches
+  // of its shard with UNAVAILABLE (IngestOptions::worker_queue_batches).
+  size_t detection_queue_batches = 10'000;
 
   // API tokens and roles.
   AuthOptions auth;
@@ -258,6 +271,12 @@ struct ServerOptions {
   NotificationOptions notifications;
   // Remediation webhooks.
   ActuatorOptions actuator;
+  // Dead-man's switch: heartbeats to a receiver outside Vigil while the
+  // server works; off unless a URL is set (server/watchdog/watchdog.h).
+  WatchdogConfig watchdog;
+  // Rollups (and chosen raw series) to a Prometheus remote-write endpoint;
+  // off when absent (server/remote_write/remote_write.h).
+  std::optional<RemoteWriteOptions> remote_write;
 };
 
 // Applies the JSON config `text` on top of `*options`. On any problem

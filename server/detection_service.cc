@@ -22,6 +22,8 @@ using Json = nlohmann::json;
 
 constexpr char kIndexStream[] = "incidents";
 constexpr char kSnapshotKey[] = "detection";
+// How many shards wrote the snapshots (DetectionOptions::shards).
+constexpr char kShardCountKey[] = "detection/shards";
 constexpr char kIdPrefix[] = "inc-";
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // Most events read back for one incident's timeline (oldest first).
@@ -86,11 +88,61 @@ bool Matches(const Json& s, const IncidentFilter& f) {
   return true;
 }
 
+// FNV-1a: a hash that stays the same across processes and builds, so a
+// job keeps its shard (and its snapshot) over restarts.
+uint64_t StableHash(std::string_view s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 }  // namespace
 
 DetectionService::DetectionService(DetectionOptions options)
     : options_(std::move(options)),
-      pipeline_(options_.detector, options_.rules) {}
+      families_(options_.detector.lifecycle.family_pattern) {
+  const int n = std::max(1, options_.shards);
+  for (int k = 0; k < n; ++k) {
+    shards_.push_back(std::make_unique<Shard>(options_));
+    // Repeat offenders span jobs: each shard learns the others' findings.
+    if (n > 1) shards_.back()->pipeline.set_record_implications(true);
+  }
+}
+
+void DetectionService::ShareImplications(int from) {
+  if (shards_.size() == 1) return;
+  std::vector<IncidentEngine::NodeImplication> found;
+  {
+    Shard& shard = *shards_[from];
+    std::lock_guard<std::mutex> l(shard.mu);
+    shard.pipeline.TakeImplications(&found);
+  }
+  if (found.empty()) return;
+  // One shard lock at a time. Two shards implicating one node at the same
+  // moment may each count without the other's, and miss the offender
+  // until its next incident.
+  for (int k = 0; k < shards(); ++k) {
+    if (k == from) continue;
+    Shard& other = *shards_[k];
+    std::lock_guard<std::mutex> l(other.mu);
+    for (const auto& i : found) other.pipeline.AddImplication(i);
+  }
+}
+
+int DetectionService::ShardOf(std::string_view job) const {
+  if (shards_.size() == 1) return 0;
+  const std::string family = families_.FamilyOf(job);
+  return static_cast<int>(StableHash(family.empty() ? job : family) %
+                          shards_.size());
+}
+
+std::string DetectionService::SnapshotKey(int k) const {
+  if (shards_.size() == 1) return kSnapshotKey;
+  return absl::StrCat(kSnapshotKey, "/", k, "-of-", shards_.size());
+}
 
 DetectionService::~DetectionService() { Stop(); }
 
@@ -99,19 +151,38 @@ absl::Status DetectionService::Start() {
   absl::Status loaded = LoadStored();
   if (!loaded.ok()) return loaded;
   if (options_.live) {
-    absl::StatusOr<std::string> snapshot = options_.store->GetState(kSnapshotKey);
-    if (snapshot.ok()) {
-      std::lock_guard<std::mutex> l(pipeline_mu_);
-      absl::Status s = pipeline_.RestoreState(*snapshot);
-      restored_ = s.ok();
-      if (!s.ok()) {
-        // A snapshot of another version or a damaged one: learn afresh.
-        std::fprintf(stderr, "vigil-server: detection snapshot not used: %s\n",
-                     std::string(s.message()).c_str());
+    int restored = 0, missing = 0;
+    for (int k = 0; k < shards(); ++k) {
+      absl::StatusOr<std::string> snapshot = options_.store->GetState(SnapshotKey(k));
+      if (!snapshot.ok()) {
+        ++missing;
+        continue;
       }
+      Shard& shard = *shards_[k];
+      std::lock_guard<std::mutex> l(shard.mu);
+      absl::Status s = shard.pipeline.RestoreState(*snapshot);
+      if (s.ok()) {
+        ++restored;
+      } else {
+        // A snapshot of another version or a damaged one: learn afresh.
+        std::fprintf(stderr, "vigil-server: detection snapshot %s not used: %s\n",
+                     SnapshotKey(k).c_str(), std::string(s.message()).c_str());
+      }
+    }
+    restored_ = restored > 0;
+    absl::StatusOr<std::string> count = options_.store->GetState(kShardCountKey);
+    if (restored == 0 && missing == shards() && count.ok() &&
+        *count != absl::StrCat(shards())) {
+      // Its jobs were split differently: each would meet another's state.
+      std::fprintf(stderr,
+                   "vigil-server: the detection snapshot was written by %s "
+                   "detection shards (detection.workers) and this process "
+                   "has %d: what detection learned is learned afresh\n",
+                   count->c_str(), shards());
     }
   }
   started_ = true;
+  last_tick_.store(options_.clock->Now());
   // The first tick is due one period after Start(), not after the thread
   // happens to run: a clock moved in between must still be noticed.
   const double first_tick = options_.clock->Now() + options_.tick_seconds;
@@ -135,21 +206,31 @@ void DetectionService::Stop() {
 }
 
 absl::Status DetectionService::Snapshot() {
-  std::string data;
-  {
-    std::lock_guard<std::mutex> l(pipeline_mu_);
-    if (absl::Status s = pipeline_.SaveState(&data); !s.ok()) {
+  uint64_t bytes = 0;
+  for (int k = 0; k < shards(); ++k) {
+    std::string data;
+    {
+      Shard& shard = *shards_[k];
+      std::lock_guard<std::mutex> l(shard.mu);
+      if (absl::Status s = shard.pipeline.SaveState(&data); !s.ok()) {
+        snapshot_errors_.fetch_add(1);
+        return s;
+      }
+    }
+    absl::Status s = options_.store->PutState(SnapshotKey(k), data);
+    if (!s.ok()) {
       snapshot_errors_.fetch_add(1);
       return s;
     }
+    bytes += data.size();
   }
-  absl::Status s = options_.store->PutState(kSnapshotKey, data);
-  if (!s.ok()) {
+  if (absl::Status s = options_.store->PutState(kShardCountKey, absl::StrCat(shards()));
+      !s.ok()) {
     snapshot_errors_.fetch_add(1);
     return s;
   }
   snapshots_.fetch_add(1);
-  snapshot_bytes_.store(data.size());
+  snapshot_bytes_.store(bytes);
   return absl::OkStatus();
 }
 
@@ -213,9 +294,10 @@ absl::Status DetectionService::LoadStored() {
                                   .hint = text("hint")});
   }
   {
-    std::lock_guard<std::mutex> l(pipeline_mu_);
+    std::lock_guard<std::mutex> l(publish_mu_);
     next_id_ = highest + 1;
     inherited_ = std::move(inherited);
+    has_inherited_.store(!inherited_.empty());
   }
   std::lock_guard<std::mutex> l(index_mu_);
   index_ = std::move(loaded);
@@ -223,43 +305,79 @@ absl::Status DetectionService::LoadStored() {
 }
 
 void DetectionService::OnFrame(const FrameView& frame) {
+  OnFrame(ShardOf(frame.job), frame);
+}
+
+void DetectionService::OnFrame(int k, const FrameView& frame) {
   if (!options_.live) return;
-  std::lock_guard<std::mutex> l(pipeline_mu_);
+  Shard& shard = *shards_[k];
+  std::unique_lock<std::mutex> l(shard.mu);
+  DetectionPipeline& pipeline = shard.pipeline;
   for (uint32_t id : frame.ids) {
-    if (pipeline_.HasSeries(id)) continue;
+    if (pipeline.HasSeries(id)) continue;
     absl::StatusOr<SeriesKey> key = options_.store->Key(id);
     // A series the pipeline refuses stays unregistered; the detector counts
     // its samples (DetectorStats::unregistered_samples).
-    if (!key.ok() || !pipeline_.RegisterSeries(id, *key).ok()) continue;
-    if (LookupMetric(key->metric).counter) PrimeFromStore(id, frame.ts);
+    if (!key.ok() || !pipeline.RegisterSeries(id, *key).ok()) continue;
+    if (LookupMetric(key->metric).counter) PrimeFromStore(shard, id, frame.ts);
   }
-  seen_frame_ = true;
+  shard.seen_frame = true;
   const double now = options_.clock->Now();
-  if (!inherited_.empty()) NoteInheritedSeen(frame, now);
-  pipeline_.ProcessFrame(frame, &updates_, now);
+  if (has_inherited_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> p(publish_mu_);
+    NoteInheritedSeen(frame, now);
+  }
+  pipeline.ProcessFrame(frame, &shard.updates, now);
   frames_.fetch_add(1, std::memory_order_relaxed);
-  if (!updates_.empty()) Publish(updates_);
+  if (shard.updates.empty()) return;
+  Publish(k, shard.updates);
+  l.unlock();
+  ShareImplications(k);
 }
 
-void DetectionService::PrimeFromStore(uint32_t id, double ts) {
+void DetectionService::NodeMovedAway(int k, const FrameView& frame) {
+  if (!options_.live) return;
+  Shard& shard = *shards_[k];
+  {
+    std::lock_guard<std::mutex> l(shard.mu);
+    shard.pipeline.NodeMovedAway(frame, &shard.updates);
+    if (shard.updates.empty()) return;
+    Publish(k, shard.updates);
+  }
+  ShareImplications(k);
+}
+
+void DetectionService::PrimeFromStore(Shard& shard, uint32_t id, double ts) {
   // Samples before this frame: the current one is already stored.
   absl::StatusOr<std::vector<Sample>> before =
       options_.store->Query(id, ts - options_.prime_counters_seconds, ts);
   if (!before.ok() || before->empty()) return;
-  pipeline_.PrimeCounter(id, before->back().ts, before->back().value);
+  shard.pipeline.PrimeCounter(id, before->back().ts, before->back().value);
   counters_primed_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void DetectionService::AdvanceTime(double now) {
   if (!options_.live) return;
-  bool awaiting = false;
-  {
-    std::lock_guard<std::mutex> l(pipeline_mu_);
-    if (!seen_frame_) return;
-    pipeline_.AdvanceTime(now, &updates_);
-    if (!updates_.empty()) Publish(updates_);
-    if (!inherited_.empty()) ResolveQuietInherited(now);
-    awaiting = options_.job_state && !pipeline_.JobsAwaitingScheduler().empty();
+  bool awaiting = false, seen = false;
+  for (int k = 0; k < shards(); ++k) {
+    Shard& shard = *shards_[k];
+    bool published = false;
+    {
+      std::lock_guard<std::mutex> l(shard.mu);
+      if (!shard.seen_frame) continue;
+      seen = true;
+      shard.pipeline.AdvanceTime(now, &shard.updates);
+      published = !shard.updates.empty();
+      if (published) Publish(k, shard.updates);
+      awaiting = awaiting || (options_.job_state &&
+                              !shard.pipeline.JobsAwaitingScheduler().empty());
+    }
+    if (published) ShareImplications(k);
+  }
+  if (!seen) return;
+  if (has_inherited_.load()) {
+    std::lock_guard<std::mutex> p(publish_mu_);
+    ResolveQuietInherited(now);
   }
   if (awaiting) {
     {
@@ -290,10 +408,10 @@ void DetectionService::SchedulerLoop() {
 
 void DetectionService::AskScheduler() {
   std::vector<std::string> jobs;
-  {
-    std::lock_guard<std::mutex> l(pipeline_mu_);
-    jobs = pipeline_.RunningJobs();
-    for (std::string& j : pipeline_.JobsAwaitingScheduler()) {
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    std::lock_guard<std::mutex> l(shard->mu);
+    for (std::string& j : shard->pipeline.RunningJobs()) jobs.push_back(std::move(j));
+    for (std::string& j : shard->pipeline.JobsAwaitingScheduler()) {
       if (std::find(jobs.begin(), jobs.end(), j) == jobs.end()) {
         jobs.push_back(std::move(j));
       }
@@ -312,30 +430,46 @@ void DetectionService::AskScheduler() {
     }
     return;
   }
-  std::lock_guard<std::mutex> l(pipeline_mu_);
   const double now = options_.clock->Now();
   for (const SchedulerJobStatus& job : *answer) {
+    JobRunState state;
     switch (job.state) {
       case SchedulerJobState::kRunning:
-        pipeline_.SetJobState(job.job, JobRunState::kRunning, now, &updates_);
+        state = JobRunState::kRunning;
         break;
       case SchedulerJobState::kEnded:
       case SchedulerJobState::kPending:    // requeued: this run is over
       case SchedulerJobState::kSuspended:  // paused: it will resume
-        pipeline_.SetJobState(job.job, JobRunState::kEnded, now, &updates_);
+        state = JobRunState::kEnded;
         break;
       case SchedulerJobState::kNotFound:
       case SchedulerJobState::kUnknown:
-        break;  // no conclusion: the frames decide
+      default:
+        continue;  // no conclusion: the frames decide
     }
+    const int k = ShardOf(job.job);
+    Shard& shard = *shards_[k];
+    {
+      std::lock_guard<std::mutex> l(shard.mu);
+      shard.pipeline.SetJobState(job.job, state, now, &shard.updates);
+      if (shard.updates.empty()) continue;
+      Publish(k, shard.updates);
+    }
+    ShareImplications(k);
   }
-  if (!updates_.empty()) Publish(updates_);
 }
 
-void DetectionService::Publish(std::vector<IncidentUpdate>& updates) {
+void DetectionService::Publish(int shard, std::vector<IncidentUpdate>& updates) {
+  std::lock_guard<std::mutex> l(publish_mu_);
+  PublishLocked(shard, updates);
+}
+
+void DetectionService::PublishLocked(int shard,
+                                     std::vector<IncidentUpdate>& updates) {
   SeriesStore& store = *options_.store;
   for (IncidentUpdate& u : updates) {
-    auto [it, inserted] = server_ids_.try_emplace(u.incident.id);
+    auto [it, inserted] = server_ids_.try_emplace(
+        shard < 0 ? u.incident.id : absl::StrCat(shard, "/", u.incident.id));
     if (inserted && u.type == UpdateType::kOpened &&
         !absl::StartsWith(u.incident.id, "external-")) {
       // The same fault as an incident firing before a restart: adopt it.
@@ -352,6 +486,7 @@ void DetectionService::Publish(std::vector<IncidentUpdate>& updates) {
                                                          : UpdateType::kEvidenceAdded;
         adopted_heads_[match->id] = *match;
         inherited_.erase(match);
+        has_inherited_.store(!inherited_.empty());
         adopted_.fetch_add(1);
         inserted = false;
       }
@@ -411,7 +546,7 @@ Incident DetectionService::HeaderOf(const Inherited& h) {
 }
 
 std::optional<Incident> DetectionService::ClaimInherited(std::string_view kind) {
-  std::lock_guard<std::mutex> l(pipeline_mu_);
+  std::lock_guard<std::mutex> l(publish_mu_);
   auto h = std::find_if(inherited_.begin(), inherited_.end(),
                         [&](const Inherited& i) { return i.kind == kind; });
   if (h == inherited_.end()) return std::nullopt;
@@ -421,6 +556,7 @@ std::optional<Incident> DetectionService::ClaimInherited(std::string_view kind) 
   external_.emplace(h->id, engine_id);
   Incident incident = HeaderOf(*h);
   inherited_.erase(h);
+  has_inherited_.store(!inherited_.empty());
   return incident;
 }
 
@@ -468,12 +604,13 @@ void DetectionService::ResolveQuietInherited(double now) {
     restart_resolved_.fetch_add(1);
     h = inherited_.erase(h);
   }
+  has_inherited_.store(!inherited_.empty());
 }
 
 absl::StatusOr<std::string> DetectionService::PublishExternal(
     IncidentUpdate update) {
-  std::lock_guard<std::mutex> l(pipeline_mu_);
   std::string engine_id;
+  std::lock_guard<std::mutex> l(publish_mu_);
   if (update.type == UpdateType::kOpened) {
     if (!update.incident.id.empty())
       return absl::InvalidArgumentError("a new external incident has no id yet");
@@ -487,7 +624,7 @@ absl::StatusOr<std::string> DetectionService::PublishExternal(
   }
   update.incident.id = engine_id;
   std::vector<IncidentUpdate> updates = {std::move(update)};
-  Publish(updates);
+  PublishLocked(-1, updates);
   const std::string server_id = server_ids_.at(engine_id);
   external_.emplace(server_id, engine_id);
   return server_id;
@@ -509,6 +646,7 @@ void DetectionService::TickLoop(double first_tick) {
     // A bug in one tick must not end the thread that finds silent nodes.
     if (std::string error = CatchAll([&] {
           AdvanceTime(now);
+          last_tick_.store(now);
           if (options_.snapshot_seconds > 0 && now >= next_snapshot) {
             next_snapshot = now + options_.snapshot_seconds;
             (void)Snapshot();
@@ -585,9 +723,10 @@ absl::StatusOr<Json> DetectionService::GetIncident(std::string_view id) const {
 
 absl::StatusOr<SeriesBaseline> DetectionService::Baseline(SeriesId id) const {
   std::optional<SeriesBaseline> baseline;
-  {
-    std::lock_guard<std::mutex> l(pipeline_mu_);
-    baseline = pipeline_.Baseline(id);
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    std::lock_guard<std::mutex> l(shard->mu);
+    baseline = shard->pipeline.Baseline(id);
+    if (baseline) break;
   }
   if (!baseline)
     return absl::NotFoundError(absl::StrCat(

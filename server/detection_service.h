@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -56,6 +57,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "detector/detector.h"
 #include "detector/options.h"
 #include "nlohmann/json.hpp"
 #include "rules/incident.h"
@@ -111,6 +113,13 @@ struct DetectionOptions {
   // again resolves (see the file comment). Longer than the slowest
   // detector to raise a condition again (a hang in a benign phase: 30 min).
   double restart_resolve_seconds = 1800;
+  // Detection shards: jobs are split among this many independent
+  // pipelines by their family (detector.lifecycle.family_pattern, else the
+  // job name), so that the server's frame workers can run them on several
+  // cores; a job and its family are always in one shard. What one shard
+  // learned is snapshotted under its own key ("detection" when 1,
+  // "detection/K-of-N" otherwise): changing the count re-learns. At least 1.
+  int shards = 1;
 };
 
 // Which incidents ListIncidents returns; every set condition must hold.
@@ -170,9 +179,10 @@ struct DetectionCounters {
 };
 
 // Runs detection on every frame and keeps the incident index.
-// Thread-safe: OnFrame may be called concurrently from stream threads (the
-// pipeline runs under one lock), and the query methods from HTTP threads.
-// Start() and Stop() must be called from one thread.
+// Thread-safe: frames may come concurrently from several threads (each
+// shard's pipeline runs under its own lock; incident updates are published
+// under one lock, in order per incident), and the query methods from HTTP
+// threads. Start() and Stop() must be called from one thread.
 class DetectionService : public FrameObserver {
  public:
   explicit DetectionService(DetectionOptions options);
@@ -190,10 +200,21 @@ class DetectionService : public FrameObserver {
   // counted (DetectionCounters) and returned.
   absl::Status Snapshot();
 
-  // Registers the frame's unseen series with the pipeline (their keys from
-  // the store), runs the frame and persists the incident updates it
-  // caused. No-op unless live.
+  // The shard that watches `job`: in [0, shards), the same for every run
+  // of a family and stable across restarts. Thread-safe.
+  int ShardOf(std::string_view job) const;
+  int shards() const { return static_cast<int>(shards_.size()); }
+
+  // Registers the frame's unseen series with its shard's pipeline (their
+  // keys from the store), runs the frame and persists the incident updates
+  // it caused. `shard` must be ShardOf(frame.job). No-op unless live.
+  void OnFrame(int shard, const FrameView& frame);
+  // As OnFrame(ShardOf(frame.job), frame).
   void OnFrame(const FrameView& frame) override;
+  // The frame's node now reports a job of another shard; `shard` is the
+  // one that watched its previous job (DetectionPipeline::NodeMovedAway).
+  // No-op unless live.
+  void NodeMovedAway(int shard, const FrameView& frame);
 
   // Moves detection time on to clock time `now` (see the top of the file)
   // without a frame and persists what fell due (node silence, hangs,
@@ -221,6 +242,11 @@ class DetectionService : public FrameObserver {
   // Current counters.
   DetectionCounters counters() const;
 
+  // Clock time at which the tick thread last finished moving every shard
+  // on (AdvanceTime); the Start() time before the first tick. A tick that
+  // hangs (a shard stuck) leaves it behind: the watchdog's health signal.
+  double last_tick() const { return last_tick_.load(); }
+
   // Sets who hears about every persisted incident update (not owned, may
   // be null). Must be called before Start().
   void set_listener(IncidentListener* listener) { listener_ = listener; }
@@ -246,10 +272,28 @@ class DetectionService : public FrameObserver {
  private:
   // Loads stream "incidents" and each incident's latest event.
   absl::Status LoadStored();
-  // Maps, persists and indexes `updates` (pipeline_mu_ held, so the events
-  // of one incident are stored in order).
-  void Publish(std::vector<IncidentUpdate>& updates)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
+  // One detection shard: its pipeline and what it has to publish.
+  struct Shard {
+    explicit Shard(const DetectionOptions& options)
+        : pipeline(options.detector, options.rules) {}
+    std::mutex mu;
+    DetectionPipeline pipeline ABSL_GUARDED_BY(mu);
+    std::vector<IncidentUpdate> updates ABSL_GUARDED_BY(mu);
+    // Whether a frame has been seen (liveness is judged after the first).
+    bool seen_frame ABSL_GUARDED_BY(mu) = false;
+  };
+  // Hands the repeat-offender implications shard `from` made to the other
+  // shards (call without any shard lock held).
+  void ShareImplications(int from);
+  // The store state key of shard `k`'s snapshot.
+  std::string SnapshotKey(int k) const;
+  // Maps, persists and indexes `updates` of `shard` (-1: external). Takes
+  // publish_mu_; callers hold the shard's lock, so the events of one
+  // incident are stored in order.
+  void Publish(int shard, std::vector<IncidentUpdate>& updates)
+      ABSL_LOCKS_EXCLUDED(publish_mu_);
+  void PublishLocked(int shard, std::vector<IncidentUpdate>& updates)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
   // The tick thread's loop; the first tick is due at `first_tick`.
   void TickLoop(double first_tick);
   // The scheduler thread's loop: asks about the jobs that report.
@@ -257,27 +301,27 @@ class DetectionService : public FrameObserver {
   // Primes counter series `id`, first seen in a frame at `ts`, with its
   // last stored sample before `ts` (DetectionOptions::
   // prime_counters_seconds). Store errors leave it unprimed.
-  void PrimeFromStore(uint32_t id, double ts)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
+  void PrimeFromStore(Shard& shard, uint32_t id, double ts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   // Asks the scheduler about the jobs that report (or wait for it) and
   // tells the pipeline. Errors are counted.
   void AskScheduler();
 
   const DetectionOptions options_;
 
-  mutable std::mutex pipeline_mu_;
-  DetectionPipeline pipeline_ ABSL_GUARDED_BY(pipeline_mu_);
-  // Engine id -> server id.
+  const JobFamilyMatcher families_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+
+  // Acquired after a shard's lock.
+  mutable std::mutex publish_mu_;
+  // "<shard>/<engine id>" (external: the engine id) -> server id.
   absl::flat_hash_map<std::string, std::string> server_ids_
-      ABSL_GUARDED_BY(pipeline_mu_);
-  int64_t next_id_ ABSL_GUARDED_BY(pipeline_mu_) = 1;
-  std::vector<IncidentUpdate> updates_ ABSL_GUARDED_BY(pipeline_mu_);
+      ABSL_GUARDED_BY(publish_mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(publish_mu_) = 1;
   // Server id -> engine id of incidents raised by PublishExternal.
   absl::flat_hash_map<std::string, std::string> external_
-      ABSL_GUARDED_BY(pipeline_mu_);
+      ABSL_GUARDED_BY(publish_mu_);
   IncidentListener* listener_ = nullptr;
-  // Whether a frame has been seen (liveness is judged after the first).
-  bool seen_frame_ ABSL_GUARDED_BY(pipeline_mu_) = false;
 
   mutable std::mutex index_mu_;
   // Server id -> latest snapshot (full form). Ordered by id.
@@ -297,25 +341,27 @@ class DetectionService : public FrameObserver {
   // Notes, for the inherited incidents not seen yet, that `frame` is one
   // of their node's or job's.
   void NoteInheritedSeen(const FrameView& frame, double now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
   // The incident header of `h` (no evidence), as stored.
   static Incident HeaderOf(const Inherited& h);
   // Resolves the inherited incidents seen for restart_resolve_seconds
   // without the engine raising them again.
   void ResolveQuietInherited(double now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
   // Persists and indexes `update` of server incident `id` (its snapshot
   // `snapshot`, full form) and tells the listener.
   void Record(const IncidentUpdate& update, const std::string& id,
-              nlohmann::json snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pipeline_mu_);
-  std::vector<Inherited> inherited_ ABSL_GUARDED_BY(pipeline_mu_);
+              nlohmann::json snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_);
+  std::vector<Inherited> inherited_ ABSL_GUARDED_BY(publish_mu_);
+  // Whether inherited_ is not empty (read per frame without the lock).
+  std::atomic<bool> has_inherited_{false};
   // Adopted incidents by server id, until they resolve: the fresh engine
   // may see less of the fault than the stored incident did (a counter's
   // jump happened before the restart), and an incident must not look
   // milder for it, so the stored severity, kind, summary and hint stay
   // while the engine's are milder.
   absl::flat_hash_map<std::string, Inherited> adopted_heads_
-      ABSL_GUARDED_BY(pipeline_mu_);
+      ABSL_GUARDED_BY(publish_mu_);
   std::atomic<uint64_t> adopted_{0};
   std::atomic<uint64_t> counters_primed_{0};
   std::atomic<uint64_t> restart_resolved_{0};
@@ -336,6 +382,7 @@ class DetectionService : public FrameObserver {
   bool ask_now_ ABSL_GUARDED_BY(tick_mu_) = false;
   std::thread scheduler_thread_;
   std::atomic<uint64_t> scheduler_queries_{0}, scheduler_errors_{0};
+  std::atomic<double> last_tick_{0};
 };
 
 }  // namespace vigil

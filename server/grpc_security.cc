@@ -28,7 +28,7 @@ bool IsSha256Hex(std::string_view hex) {
 }
 
 // The values of auth-context property `name`.
-std::vector<std::string> Property(const grpc::ServerContext& context,
+std::vector<std::string> Property(const grpc::ServerContextBase& context,
                                   const char* name) {
   std::vector<std::string> out;
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
@@ -184,7 +184,7 @@ StreamAuthenticator::CurrentTokens() {
 }
 
 std::optional<StreamRefusal> StreamAuthenticator::Check(
-    const grpc::ServerContext& context, const std::string& node) {
+    const grpc::ServerContextBase& context, const std::string& node) {
   if (std::optional<StreamRefusal> r = CheckCertificate(context, node))
     return r;
   if (options_.enabled()) return CheckToken(context, node);
@@ -192,7 +192,7 @@ std::optional<StreamRefusal> StreamAuthenticator::Check(
 }
 
 std::optional<StreamRefusal> StreamAuthenticator::CheckBeforeHello(
-    const grpc::ServerContext& context) {
+    const grpc::ServerContextBase& context) {
   if (identity_ == NodeIdentity::kCertificate &&
       Property(context, GRPC_X509_CN_PROPERTY_NAME).empty() &&
       Property(context, GRPC_PEER_DNS_PROPERTY_NAME).empty())
@@ -211,7 +211,7 @@ std::optional<StreamRefusal> StreamAuthenticator::CheckBeforeHello(
 }
 
 std::optional<StreamRefusal> StreamAuthenticator::CheckCertificate(
-    const grpc::ServerContext& context, const std::string& node) const {
+    const grpc::ServerContextBase& context, const std::string& node) const {
   if (identity_ != NodeIdentity::kCertificate) return std::nullopt;
   std::vector<std::string> cn = Property(context, GRPC_X509_CN_PROPERTY_NAME);
   std::vector<std::string> dns = Property(context, GRPC_PEER_DNS_PROPERTY_NAME);
@@ -230,7 +230,7 @@ std::optional<StreamRefusal> StreamAuthenticator::CheckCertificate(
 }
 
 std::optional<StreamRefusal> StreamAuthenticator::CheckToken(
-    const grpc::ServerContext& context, const std::string& node) {
+    const grpc::ServerContextBase& context, const std::string& node) {
   const auto& metadata = context.client_metadata();
   auto header = metadata.find("authorization");
   if (header == metadata.end())

@@ -56,7 +56,7 @@ class StreamAuthenticator {
   // `node` (NodeIdentity::kCertificate). Re-reads the token file first if
   // it changed since it was last read (a bad new version is logged and
   // the previous one kept).
-  std::optional<StreamRefusal> Check(const grpc::ServerContext& context,
+  std::optional<StreamRefusal> Check(const grpc::ServerContextBase& context,
                                      const std::string& node);
 
   // What can be checked before the stream's first message is read, so an
@@ -65,7 +65,7 @@ class StreamAuthenticator {
   // certificate-bound node names, its client certificate names some node.
   // The refusals are Check()'s.
   std::optional<StreamRefusal> CheckBeforeHello(
-      const grpc::ServerContext& context);
+      const grpc::ServerContextBase& context);
 
  private:
   // Token hashes: node (or "*") -> lower-case hex SHA-256, and the set of
@@ -89,8 +89,8 @@ class StreamAuthenticator {
   // The current tokens, reloaded first when the file changed.
   std::shared_ptr<const Tokens> CurrentTokens();
   std::optional<StreamRefusal> CheckCertificate(
-      const grpc::ServerContext& context, const std::string& node) const;
-  std::optional<StreamRefusal> CheckToken(const grpc::ServerContext& context,
+      const grpc::ServerContextBase& context, const std::string& node) const;
+  std::optional<StreamRefusal> CheckToken(const grpc::ServerContextBase& context,
                                           const std::string& node);
 
   const NodeTokenOptions options_;

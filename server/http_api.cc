@@ -519,6 +519,7 @@ void HttpApi::InstallHandlers() {
                  "1 when this process started from a snapshot of learned "
                  "baselines.");
     AppendSample(&out, "vigil_detection_restored", d.restored ? 1 : 0);
+    if (o.more_metrics) out += o.more_metrics();
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
   });
 

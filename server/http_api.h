@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,9 @@ struct HttpApiOptions {
   // Latest node and job state for /api/v1/jobs and /api/v1/nodes; null:
   // those answer 404.
   const FleetView* fleet = nullptr;
+  // More Prometheus text appended to /metrics (e.g. the watchdog's);
+  // called from request threads, so it must be thread-safe. Null: none.
+  std::function<std::string()> more_metrics;
   // Directory whose files are served under / ; empty or missing: none.
   std::string web_dir;
   // Most points one query answer may hold; more gets 400 asking for a step.

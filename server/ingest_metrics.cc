@@ -36,6 +36,7 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kCertWrongNode: return "cert_wrong_node";
     case RejectReason::kNoFirstBatch: return "no_first_batch";
     case RejectReason::kTooManyStreams: return "too_many_streams";
+    case RejectReason::kDetectionBacklog: return "detection_backlog";
     case RejectReason::kCount: break;
   }
   return "unknown";

@@ -33,6 +33,7 @@ enum class RejectReason {
   kCertWrongNode,    // client certificate of another node
   kNoFirstBatch,     // no first batch within IngestOptions::first_batch_seconds
   kTooManyStreams,   // IngestOptions::max_streams reached
+  kDetectionBacklog, // the frame workers' queue of a batch's shard is full
   kCount,  // not a reason: the number of reasons
 };
 

@@ -73,28 +73,24 @@ std::string FormatUnixTime(double t) {
                           absl::UTCTimeZone());
 }
 
-// Hands every frame of an applied batch to `observer`; `columns` hold the
-// frames' store ids and values.
-void NotifyObserver(FrameObserver& observer, const std::string& node,
-                    const v1::FrameBatch& batch,
-                    const std::vector<FrameColumns>& columns) {
-  for (int i = 0; i < batch.frames_size(); ++i) {
-    const v1::Frame& f = batch.frames(i);
-    FrameView view;
-    view.node = node;
-    view.job = f.job();
-    view.verified_job_id = f.verified_job_id();
-    if (f.has_step()) view.step = f.step();
-    view.ts = f.ts();
-    view.ids = columns[i].ids;
-    view.values = columns[i].values;
-    if (f.has_job_end()) {
-      view.job_end.job = f.job_end().job();
-      if (f.job_end().has_step()) view.job_end.step = f.job_end().step();
-      view.job_end.reason = f.job_end().reason();
-    }
-    observer.OnFrame(view);
+// The view of frame `f` of `node`, whose stored ids and values are
+// `columns`.
+FrameView ViewOf(const std::string& node, const v1::Frame& f,
+                 const FrameColumns& columns) {
+  FrameView view;
+  view.node = node;
+  view.job = f.job();
+  view.verified_job_id = f.verified_job_id();
+  if (f.has_step()) view.step = f.step();
+  view.ts = f.ts();
+  view.ids = columns.ids;
+  view.values = columns.values;
+  if (f.has_job_end()) {
+    view.job_end.job = f.job_end().job();
+    if (f.job_end().has_step()) view.job_end.step = f.job_end().step();
+    view.job_end.reason = f.job_end().reason();
   }
+  return view;
 }
 
 }  // namespace
@@ -106,13 +102,15 @@ void NotifyObserver(FrameObserver& observer, const std::string& node,
 struct IngestService::NodeSession {
   std::string instance;
   double since = 0;
-  grpc::ServerContext* live = nullptr;
+  grpc::ServerContextBase* live = nullptr;
   // Hello.batches_dropped of the node's latest stream.
   uint64_t batches_dropped = 0;
 
   std::mutex mu;
   uint64_t generation ABSL_GUARDED_BY(mu) = 0;
   uint64_t last_applied_seq ABSL_GUARDED_BY(mu) = 0;
+  // The observer shard of the node's latest applied frame; -1: none yet.
+  int shard ABSL_GUARDED_BY(mu) = -1;
 };
 
 // What one stream knows: its dictionary and its resolved ids. Used only by
@@ -128,8 +126,13 @@ struct IngestService::StreamState {
     std::string job;
     std::vector<SeriesId> ids;  // by slot; kUnresolved until first use
   };
+  // What a frame worker is to do with one frame of the batch.
+  struct Delivery {
+    int frame;
+    bool moved_away;  // NodeMovedAway rather than OnFrame
+  };
 
-  grpc::ServerContext* context = nullptr;
+  grpc::ServerContextBase* context = nullptr;
   std::string node;
   std::string instance;
   std::string drop_log;  // logged once the stream is registered; may be ""
@@ -153,6 +156,21 @@ struct IngestService::StreamState {
   uint64_t refused_samples = 0;
   std::string refused_reason;
   bool applied = false;  // the last batch was stored (not a resend)
+  // Per observer shard, what its worker delivers of the applied batch.
+  std::vector<std::vector<Delivery>> deliveries;
+  // Recent jobs and their observer shards (a node rarely changes job).
+  std::vector<std::pair<std::string, int>> shards_of_jobs;
+
+  // The observer shard of `job` (cached).
+  int ShardOf(const ShardedFrameObserver& observer, const std::string& job) {
+    for (const auto& [name, shard] : shards_of_jobs) {
+      if (name == job) return shard;
+    }
+    if (shards_of_jobs.size() >= kMaxJobsPerStream)
+      shards_of_jobs.erase(shards_of_jobs.begin());
+    shards_of_jobs.emplace_back(job, observer.ShardOf(job));
+    return shards_of_jobs.back().second;
+  }
 
   uint32_t SlotOf(uint32_t local_id) const {
     if (local_id < kDenseIdLimit) {
@@ -205,13 +223,13 @@ class IngestService::FirstBatchWatchdog {
     thread_.join();
   }
   // Starts the clock of `context`'s first batch.
-  void Watch(grpc::ServerContext* context) {
+  void Watch(grpc::ServerContextBase* context) {
     std::lock_guard<std::mutex> l(mu_);
     deadlines_[context] = clock_->Now() + timeout_;
     wake_.notify_all();
   }
   // Stops it; true if the stream was cancelled for being late.
-  bool Done(grpc::ServerContext* context) {
+  bool Done(grpc::ServerContextBase* context) {
     std::lock_guard<std::mutex> l(mu_);
     deadlines_.erase(context);
     return cancelled_.erase(context) > 0;
@@ -242,13 +260,18 @@ class IngestService::FirstBatchWatchdog {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  absl::flat_hash_map<grpc::ServerContext*, double> deadlines_;
-  absl::flat_hash_set<grpc::ServerContext*> cancelled_;
+  absl::flat_hash_map<grpc::ServerContextBase*, double> deadlines_;
+  absl::flat_hash_set<grpc::ServerContextBase*> cancelled_;
   std::thread thread_;
 };
 
 IngestService::IngestService(const IngestOptions& options)
     : options_(options),
+      workers_(options.observer == nullptr
+                   ? nullptr
+                   : std::make_unique<FrameWorkers>(FrameWorkersOptions{
+                         .workers = options.observer->shards(),
+                         .queue_capacity = options.worker_queue_batches})),
       budget_(options.series_budget),
       watchdog_(std::make_unique<FirstBatchWatchdog>(options.clock,
                                                      options.first_batch_seconds)) {}
@@ -283,7 +306,7 @@ absl::StatusOr<SeriesId> IngestService::ResolveNew(StreamState& st,
 
 IngestService::~IngestService() = default;
 
-grpc::Status IngestService::Register(grpc::ServerContext* context,
+grpc::Status IngestService::Register(grpc::ServerContextBase* context,
                                      const v1::Hello& hello,
                                      StreamState* state) {
   std::lock_guard<std::mutex> l(mu_);
@@ -325,38 +348,10 @@ void IngestService::Unregister(const StreamState& state) {
   if (state.session->live == state.context) state.session->live = nullptr;
 }
 
-grpc::Status IngestService::Stream(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::Ack, v1::FrameBatch>* stream) {
+grpc::Status IngestService::Open(grpc::CallbackServerContext* context,
+                                 const v1::FrameBatch& batch,
+                                 StreamState* state) {
   IngestMetrics& metrics = *options_.metrics;
-  if (options_.authenticator != nullptr) {
-    if (std::optional<StreamRefusal> r =
-            options_.authenticator->CheckBeforeHello(*context)) {
-      metrics.Reject(r->reason);
-      return r->status;
-    }
-  }
-  struct Slot {
-    std::atomic<int>& streams;
-    ~Slot() { --streams; }
-  } slot{streams_};
-  if (++streams_ > options_.max_streams) {
-    metrics.Reject(RejectReason::kTooManyStreams);
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        absl::StrCat("the server serves at most ",
-                                     options_.max_streams,
-                                     " streams at once; retry later"));
-  }
-  v1::FrameBatch batch;
-  watchdog_->Watch(context);
-  const bool read = stream->Read(&batch);
-  if (watchdog_->Done(context)) {
-    metrics.Reject(RejectReason::kNoFirstBatch);
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        absl::StrCat("no first batch within ",
-                                     options_.first_batch_seconds, " s"));
-  }
-  if (!read) return grpc::Status::OK;
   auto refuse = [&](RejectReason reason, const std::string& what) {
     metrics.Reject(reason);
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -371,7 +366,6 @@ grpc::Status IngestService::Stream(
                   absl::StrCat("hello: bad node name: ", s.message()));
   if (hello.agent_instance().empty())
     return refuse(RejectReason::kBadHello, "hello: empty agent_instance");
-
   if (options_.authenticator != nullptr) {
     if (std::optional<StreamRefusal> r =
             options_.authenticator->Check(*context, hello.node())) {
@@ -379,37 +373,185 @@ grpc::Status IngestService::Stream(
       return r->status;
     }
   }
+  if (grpc::Status s = Register(context, hello, state); !s.ok()) return s;
+  if (!state->drop_log.empty())
+    std::fprintf(stderr, "%s\n", state->drop_log.c_str());
+  return grpc::Status::OK;
+}
 
-  StreamState state;
-  if (grpc::Status s = Register(context, hello, &state); !s.ok()) return s;
-  if (!state.drop_log.empty())
-    std::fprintf(stderr, "%s\n", state.drop_log.c_str());
-  metrics.connected_agents.fetch_add(1);
-  grpc::Status result = grpc::Status::OK;
-  v1::Ack ack;
-  while (true) {
-    if (batch.has_hello() && (batch.hello().node() != state.node ||
-                              batch.hello().agent_instance() !=
-                                  state.instance)) {
-      result = refuse(RejectReason::kBadHello,
-                      "hello names another node or agent instance than the "
-                      "first batch of the stream");
-      break;
+// One stream. Reactions run on gRPC's threads, the deliveries of a batch on
+// the frame workers; a batch is read only after the previous one was acked,
+// so batch_, ack_ and the stream state are touched by one party at a time.
+// Deleted in OnDone, which gRPC calls once Finish was called and no
+// operation is pending; Finish is never called while a delivery runs.
+class IngestService::Reactor final
+    : public grpc::ServerBidiReactor<v1::FrameBatch, v1::Ack> {
+ public:
+  Reactor(IngestService* service, grpc::CallbackServerContext* context)
+      : service_(*service), context_(context) {
+    IngestMetrics& metrics = *service_.options_.metrics;
+    if (service_.options_.authenticator != nullptr) {
+      if (std::optional<StreamRefusal> r =
+              service_.options_.authenticator->CheckBeforeHello(*context)) {
+        metrics.Reject(r->reason);
+        Close(r->status);
+        return;
+      }
     }
-    result = HandleBatch(state, batch, &ack);
-    if (!result.ok()) break;
-    // Detection sees the batch before the agent hears it is acked: a crash
-    // in between makes the agent resend it (and the new process see it),
-    // where the other order would lose, say, the one frame whose ECC
-    // counter jumped.
-    if (state.applied && options_.observer != nullptr) {
-      NotifyObserver(*options_.observer, state.node, batch, state.columns);
+    counted_ = true;
+    if (++service_.streams_ > service_.options_.max_streams) {
+      metrics.Reject(RejectReason::kTooManyStreams);
+      Close(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("the server serves at most ",
+                                       service_.options_.max_streams,
+                                       " streams at once; retry later")));
+      return;
     }
-    if (!stream->Write(ack) || !stream->Read(&batch)) break;
+    service_.watchdog_->Watch(context_);
+    watching_ = true;
+    StartRead(&batch_);
   }
-  metrics.connected_agents.fetch_sub(1);
-  Unregister(state);
-  return result;
+
+  void OnReadDone(bool ok) override {
+    IngestMetrics& metrics = *service_.options_.metrics;
+    if (!registered_) {
+      watching_ = false;
+      if (service_.watchdog_->Done(context_)) {
+        metrics.Reject(RejectReason::kNoFirstBatch);
+        Close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            absl::StrCat("no first batch within ",
+                                         service_.options_.first_batch_seconds,
+                                         " s")));
+        return;
+      }
+      if (!ok) {
+        Close(grpc::Status::OK);
+        return;
+      }
+      if (grpc::Status s = service_.Open(context_, batch_, &state_); !s.ok()) {
+        Close(s);
+        return;
+      }
+      registered_ = true;
+      metrics.connected_agents.fetch_add(1);
+    } else if (!ok) {
+      Close(grpc::Status::OK);  // the agent closed the stream (or is gone)
+      return;
+    }
+    if (batch_.has_hello() && (batch_.hello().node() != state_.node ||
+                               batch_.hello().agent_instance() !=
+                                   state_.instance)) {
+      metrics.Reject(RejectReason::kBadHello);
+      Close(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("batch ", batch_.seq(),
+                       ": hello names another node or agent instance than "
+                       "the first batch of the stream")));
+      return;
+    }
+    if (grpc::Status s = service_.HandleBatch(state_, batch_, &ack_); !s.ok()) {
+      Close(s);
+      return;
+    }
+    if (!state_.applied || service_.workers_ == nullptr) {
+      StartWrite(&ack_);
+      return;
+    }
+    Deliver();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Close(grpc::Status::OK);  // the agent is gone
+      return;
+    }
+    StartRead(&batch_);
+  }
+
+  void OnDone() override {
+    Release();
+    delete this;
+  }
+
+ private:
+  // Gives back the node, the stream slot and the watchdog entry, then ends
+  // the stream with `status`: the agent that hears the status may connect
+  // again at once and find its node free.
+  void Close(const grpc::Status& status) {
+    Release();
+    Finish(status);
+  }
+
+  void Release() {
+    if (watching_) service_.watchdog_->Done(context_);
+    watching_ = false;
+    if (registered_) {
+      service_.options_.metrics->connected_agents.fetch_sub(1);
+      service_.Unregister(state_);
+      registered_ = false;
+    }
+    if (counted_) --service_.streams_;
+    counted_ = false;
+  }
+
+  // Hands the applied batch to the workers of its shards; the last to
+  // finish acks it. Detection sees the batch before the agent hears it is
+  // acked: a crash in between makes the agent resend it (and the new
+  // process see it), where the other order would lose, say, the one frame
+  // whose ECC counter jumped.
+  void Deliver() {
+    int shards = 0;
+    for (const auto& d : state_.deliveries) shards += d.empty() ? 0 : 1;
+    if (shards == 0) {  // a batch without frames (a hello, a dictionary)
+      StartWrite(&ack_);
+      return;
+    }
+    pending_.store(shards);
+    for (int k = 0; k < static_cast<int>(state_.deliveries.size()); ++k) {
+      if (state_.deliveries[k].empty()) continue;
+      // HandleBatch checked for room; a queue filled since by other
+      // streams still takes it (the bound is soft by the streams racing).
+      const bool queued = service_.workers_->Submit(k, [this, k] { Run(k); });
+      if (!queued) Run(k);  // stopping: deliver here
+    }
+  }
+
+  // Delivers shard `k`'s part of the batch; acks after the last part.
+  void Run(int k) {
+    ShardedFrameObserver& observer = *service_.options_.observer;
+    for (const StreamState::Delivery& d : state_.deliveries[k]) {
+      const FrameView view = ViewOf(state_.node, batch_.frames(d.frame),
+                                    state_.columns[d.frame]);
+      if (d.moved_away) {
+        observer.NodeMovedAway(k, view);
+      } else {
+        observer.OnFrame(k, view);
+      }
+    }
+    if (pending_.fetch_sub(1) == 1) StartWrite(&ack_);
+  }
+
+  IngestService& service_;
+  grpc::CallbackServerContext* const context_;
+  StreamState state_;
+  v1::FrameBatch batch_;
+  v1::Ack ack_;
+  std::atomic<int> pending_{0};
+  bool counted_ = false;     // holds a slot of max_streams
+  bool watching_ = false;    // the first batch watchdog has it
+  bool registered_ = false;  // Open succeeded
+};
+
+grpc::ServerBidiReactor<v1::FrameBatch, v1::Ack>* IngestService::Stream(
+    grpc::CallbackServerContext* context) {
+  return new Reactor(this, context);
+}
+
+std::vector<size_t> IngestService::WorkerQueues() const {
+  std::vector<size_t> out;
+  if (workers_ == nullptr) return out;
+  for (int k = 0; k < workers_->workers(); ++k) out.push_back(workers_->queued(k));
+  return out;
 }
 
 grpc::Status IngestService::HandleBatch(StreamState& st,
@@ -557,6 +699,33 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
     }
   }
 
+  // Which worker delivers each frame: that of its job's shard, and, when
+  // the node's frames move to another shard, that of the shard they leave
+  // (after the node's last frame there). Refused before anything is
+  // stored when a worker is too far behind.
+  int node_shard = session.shard;
+  if (options_.observer != nullptr) {
+    st.deliveries.resize(options_.observer->shards());
+    for (auto& d : st.deliveries) d.clear();
+    for (int i = 0; i < batch.frames_size(); ++i) {
+      const int k = st.ShardOf(*options_.observer, batch.frames(i).job());
+      if (node_shard >= 0 && node_shard != k)
+        st.deliveries[node_shard].push_back({i, /*moved_away=*/true});
+      st.deliveries[k].push_back({i, /*moved_away=*/false});
+      node_shard = k;
+    }
+    for (int k = 0; k < static_cast<int>(st.deliveries.size()); ++k) {
+      if (st.deliveries[k].empty() || workers_->HasRoom(k)) continue;
+      metrics.Reject(RejectReason::kDetectionBacklog);
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("batch ", seq, ": detection is behind (worker ", k,
+                       " holds ", workers_->queued(k), " batches, at most ",
+                       options_.worker_queue_batches,
+                       "); nothing of it was stored; resend it later"));
+    }
+  }
+
   // Pass 2: translate slots to store ids, resolving new (job, series) pairs;
   // samples of series a limit refused are dropped, the rest kept.
   st.columns.clear();
@@ -621,6 +790,7 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
                         absl::StrCat("batch ", seq, ": storage: ", s.message()));
   }
   session.last_applied_seq = seq;
+  session.shard = node_shard;
   ack->set_dropped_samples(appended.duplicates + appended.out_of_order +
                            st.refused_samples);
   if (st.refused_samples > 0) {

@@ -1,6 +1,6 @@
 // The gRPC Ingest.Stream implementation: validates batches from agents,
-// appends them to the store, acks them and hands accepted frames to the
-// detection hook.
+// appends them to the store, hands accepted frames to the frame workers
+// (detection) and acks them once those have seen them.
 #ifndef VIGIL_SERVER_INGEST_SERVICE_H_
 #define VIGIL_SERVER_INGEST_SERVICE_H_
 
@@ -8,11 +8,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "common/clock.h"
 #include "server/frame_observer.h"
+#include "server/frame_workers.h"
 #include "server/grpc_security.h"
 #include "server/ingest_metrics.h"
 #include "server/series_budget.h"
@@ -26,7 +28,14 @@ struct IngestOptions {
   SeriesStore* store = nullptr;         // required
   Clock* clock = nullptr;               // required
   IngestMetrics* metrics = nullptr;     // required
-  FrameObserver* observer = nullptr;    // optional detection hook
+  // Optional: detection and the other frame observers, run on one worker
+  // thread per shard (server/frame_workers.h).
+  ShardedFrameObserver* observer = nullptr;
+  // Batches one worker's queue may hold; past it a batch of its shard is
+  // refused unapplied with UNAVAILABLE (the agent keeps it and resends).
+  // A stream has one batch in flight, so this bounds only servers with
+  // more streams than that on one shard.
+  size_t worker_queue_batches = 10'000;
   // Optional: decides whether a stream may report for its Hello.node
   // (node tokens, certificate-bound node names).
   StreamAuthenticator* authenticator = nullptr;
@@ -40,17 +49,20 @@ struct IngestOptions {
   uint32_t max_series_per_stream = 50'000;
   // New series per node and per job over a window (server/series_budget.h).
   SeriesBudgetOptions series_budget;
-  // Streams served at once (each holds a thread); past it a new stream is
-  // refused with UNAVAILABLE (the agent keeps its spool and retries).
+  // Streams served at once; past it a new stream is refused with
+  // UNAVAILABLE (the agent keeps its spool and retries).
   int max_streams = 10'000;
   // A stream whose first batch has not arrived this many seconds (of
   // `clock`) after it opened is cancelled (the peer sees CANCELLED), so idle or
-  // slow peers cannot hold threads. Tokens and certificates are checked
+  // slow peers cannot hold stream slots. Tokens and certificates are checked
   // before that read.
   double first_batch_seconds = 10;
 };
 
-// Serves Ingest.Stream with one thread per stream (sync gRPC API).
+// Serves Ingest.Stream with gRPC's callback API: no thread per stream; a
+// batch is validated and stored on a gRPC thread, run through the frame
+// observers on the worker of its shard, and acked when they are done. A
+// stream has one batch in flight: the next is read after the ack.
 //
 // Per stream: the token and certificate (if required) are checked before
 // anything is read; at most max_streams streams are served at once; the
@@ -65,23 +77,28 @@ struct IngestOptions {
 // stays stored. A batch whose seq was already applied for this node and
 // agent instance (a resend after a lost ack) is acked again without being
 // re-applied. Thread-safe.
-class IngestService final : public v1::Ingest::Service {
+class IngestService final : public v1::Ingest::CallbackService {
  public:
   explicit IngestService(const IngestOptions& options);
+  // Runs what the frame workers hold. The gRPC server must be shut down
+  // first (no stream left).
   ~IngestService() override;
 
-  grpc::Status Stream(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::Ack, v1::FrameBatch>* stream) override;
+  grpc::ServerBidiReactor<v1::FrameBatch, v1::Ack>* Stream(
+      grpc::CallbackServerContext* context) override;
+
+  // Batches queued or running on each frame worker now (for /metrics).
+  std::vector<size_t> WorkerQueues() const;
 
  private:
   struct NodeSession;
   struct StreamState;
+  class Reactor;
 
   // Claims the node of `hello` for the stream; ALREADY_EXISTS if another
   // agent instance streams it.
-  grpc::Status Register(grpc::ServerContext* context, const v1::Hello& hello,
-                        StreamState* state);
+  grpc::Status Register(grpc::ServerContextBase* context,
+                        const v1::Hello& hello, StreamState* state);
   // Releases the node if the stream still holds it.
   void Unregister(const StreamState& state);
   // Validates, applies and acks one batch.
@@ -94,9 +111,16 @@ class IngestService final : public v1::Ingest::Service {
   absl::StatusOr<SeriesId> ResolveNew(StreamState& state, SeriesKey key,
                                       const std::string& job, double now);
 
+  // Checks the first batch (hello, authentication) and registers the
+  // stream; a non-OK status ends the stream.
+  grpc::Status Open(grpc::CallbackServerContext* context,
+                    const v1::FrameBatch& batch, StreamState* state);
+
   class FirstBatchWatchdog;
 
   const IngestOptions options_;
+  // Null without an observer.
+  std::unique_ptr<FrameWorkers> workers_;
   SeriesBudget budget_;
   std::atomic<int> streams_{0};
   const std::unique_ptr<FirstBatchWatchdog> watchdog_;

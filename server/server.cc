@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "server/detection_service.h"
@@ -21,7 +22,9 @@
 #include "server/fleet_view.h"
 #include "server/http_api.h"
 #include "server/ingest_service.h"
+#include "server/remote_write/remote_write.h"
 #include "server/store_watch.h"
+#include "server/watchdog/watchdog.h"
 #include "storage/rocksdb_store.h"
 
 namespace vigil {
@@ -32,6 +35,10 @@ namespace {
 constexpr int kKeepaliveMs = 30'000;
 constexpr int kKeepaliveTimeoutMs = 10'000;
 
+// Seconds without a detection tick (every second) after which the server
+// is not working: its dead-man's switch stops beating.
+constexpr double kDetectionStallSeconds = 30;
+
 // Splits "HOST:PORT" (validated by ValidateServerOptions).
 std::pair<std::string, int> SplitHostPort(const std::string& address) {
   size_t colon = address.rfind(':');
@@ -40,16 +47,29 @@ std::pair<std::string, int> SplitHostPort(const std::string& address) {
   return {address.substr(0, colon), port};
 }
 
-// Hands each frame to several observers in turn.
-class TeeObserver : public FrameObserver {
+// What the frame workers run: detection's shard of the frame (when
+// detection is on), then every plain observer. Shards are detection's.
+class FrameFanout : public ShardedFrameObserver {
  public:
-  explicit TeeObserver(std::vector<FrameObserver*> observers)
-      : observers_(std::move(observers)) {}
-  void OnFrame(const FrameView& frame) override {
+  // `detection` may be null (detection off: one shard).
+  FrameFanout(DetectionService* detection, std::vector<FrameObserver*> observers)
+      : detection_(detection), observers_(std::move(observers)) {}
+  int shards() const override {
+    return detection_ != nullptr ? detection_->shards() : 1;
+  }
+  int ShardOf(std::string_view job) const override {
+    return detection_ != nullptr ? detection_->ShardOf(job) : 0;
+  }
+  void OnFrame(int shard, const FrameView& frame) override {
+    if (detection_ != nullptr) detection_->OnFrame(shard, frame);
     for (FrameObserver* observer : observers_) observer->OnFrame(frame);
+  }
+  void NodeMovedAway(int shard, const FrameView& frame) override {
+    if (detection_ != nullptr) detection_->NodeMovedAway(shard, frame);
   }
 
  private:
+  DetectionService* const detection_;
   const std::vector<FrameObserver*> observers_;
 };
 
@@ -100,6 +120,28 @@ absl::Status VigilServer::Start() {
   }
   VIGIL_ASSIGN_OR_RETURN(TrustedProxies trusted_proxies,
                          TrustedProxies::Parse(options_.http_trusted_proxies));
+  // The dead-man's switch, its header secrets read before anything opens.
+  // It beats while the store accepts writes (what /readyz says); it starts
+  // once store_ is set and stops before store_ is reset.
+  std::unique_ptr<Watchdog> watchdog;
+  if (options_.watchdog.enabled()) {
+    WatchdogOptions watchdog_options;
+    watchdog_options.clock = clock_;
+    watchdog_options.transport = transport_;
+    // Working: the store accepts writes and detection's tick thread moved
+    // every shard on lately (a stuck shard or tick thread stops the beats).
+    watchdog_options.health = [this]() -> absl::Status {
+      VIGIL_RETURN_IF_ERROR(store_->Health());
+      if (!options_.detection_enabled || detection_ == nullptr) return absl::OkStatus();
+      const double behind = clock_->Now() - detection_->last_tick();
+      if (behind > kDetectionStallSeconds)
+        return absl::UnavailableError(absl::StrFormat(
+            "detection has not ticked for %.0f s", behind));
+      return absl::OkStatus();
+    };
+    VIGIL_ASSIGN_OR_RETURN(
+        watchdog, Watchdog::Create(options_.watchdog, std::move(watchdog_options)));
+  }
   RuleSet rules = DefaultRuleSet();
   if (!options_.rules_file.empty()) {
     VIGIL_ASSIGN_OR_RETURN(rules, LoadRuleFile(options_.rules_file));
@@ -129,6 +171,14 @@ absl::Status VigilServer::Start() {
     rocks.frame_log_checkpoint_bytes = options_.frame_log_checkpoint_bytes;
     VIGIL_ASSIGN_OR_RETURN(store, OpenRocksDbStore(rocks));
   }
+  // Rollups to a remote-write endpoint: credential files are read here; the
+  // sender starts with the server and stops before the store closes.
+  std::unique_ptr<RemoteWriter> remote_write;
+  if (options_.remote_write.has_value()) {
+    VIGIL_ASSIGN_OR_RETURN(remote_write,
+                           RemoteWriter::Create(*options_.remote_write,
+                                                store.get(), clock_, transport_));
+  }
 
   DetectionOptions detection_options;
   detection_options.store = store.get();
@@ -138,6 +188,7 @@ absl::Status VigilServer::Start() {
   detection_options.live = options_.detection_enabled;
   detection_options.snapshot_seconds = options_.detection_snapshot_seconds;
   detection_options.restart_resolve_seconds = options_.restart_resolve_seconds;
+  detection_options.shards = options_.detection_workers;
   // With an actuator, the scheduler is the source of truth on jobs' lives.
   std::unique_ptr<SchedulerQuery> scheduler;
   if (!options_.actuator.url.empty() && options_.scheduler_poll_seconds > 0 &&
@@ -200,10 +251,11 @@ absl::Status VigilServer::Start() {
   auto store_watch = std::make_unique<StoreWatch>(std::move(watch_options));
   store_watch->Start();
   std::vector<FrameObserver*> observers = {fleet.get()};
-  if (options_.detection_enabled) observers.push_back(detection.get());
   if (observer_ != nullptr) observers.push_back(observer_);
-  auto tee = std::make_unique<TeeObserver>(std::move(observers));
-  FrameObserver* observer = tee.get();
+  if (remote_write != nullptr) observers.push_back(remote_write.get());
+  auto tee = std::make_unique<FrameFanout>(
+      options_.detection_enabled ? detection.get() : nullptr, std::move(observers));
+  ShardedFrameObserver* observer = tee.get();
 
   IngestOptions ingest_options;
   ingest_options.store = store.get();
@@ -219,6 +271,7 @@ absl::Status VigilServer::Start() {
   ingest_options.raw_retention_seconds = options_.raw_retention_seconds;
   ingest_options.max_streams = options_.max_streams;
   ingest_options.first_batch_seconds = options_.first_batch_seconds;
+  ingest_options.worker_queue_batches = options_.detection_queue_batches;
   auto ingest = std::make_unique<IngestService>(ingest_options);
 
   grpc::ServerBuilder builder;
@@ -249,6 +302,13 @@ absl::Status VigilServer::Start() {
   http_options.max_requests_per_client = options_.http_max_requests_per_client;
   http_options.secure_cookies = options_.http_secure_cookies;
   http_options.trusted_proxies = std::move(trusted_proxies);
+  if (watchdog != nullptr)
+    http_options.more_metrics = [w = watchdog.get()] { return w->MetricsText(); };
+  if (remote_write != nullptr)
+    http_options.more_metrics = [more = std::move(http_options.more_metrics),
+                                 w = remote_write.get()] {
+      return (more ? more() : std::string()) + w->MetricsText();
+    };
   auto http = std::make_unique<HttpApi>(http_options);
   auto [http_host, http_port] = SplitHostPort(options_.http_listen);
   absl::StatusOr<int> bound = http->Start(http_host, http_port);
@@ -272,6 +332,10 @@ absl::Status VigilServer::Start() {
   http_ = std::move(http);
   grpc_port_ = grpc_port;
   http_port_ = *bound;
+  remote_write_ = std::move(remote_write);
+  if (remote_write_ != nullptr) remote_write_->Start();
+  watchdog_ = std::move(watchdog);
+  if (watchdog_ != nullptr) watchdog_->Start();
   return absl::OkStatus();
 }
 
@@ -287,8 +351,10 @@ absl::Status VigilServer::Stop() {
   detection_->Stop();
   http_->Stop();
   http_.reset();
+  watchdog_.reset();  // after http_, which serves its metrics
   escalation_->Stop();
   tee_.reset();
+  remote_write_.reset();  // sends what is pending, briefly (RemoteWriter::Stop)
   fleet_.reset();
   detection_.reset();
   store_watch_.reset();

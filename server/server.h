@@ -28,8 +28,10 @@ class EventHub;
 class FleetView;
 class HttpApi;
 class IngestService;
+class RemoteWriter;
 class StoreWatch;
 class StreamAuthenticator;
+class Watchdog;
 
 // Owns the store (RocksDB in options.data_dir, or memory), the detection
 // service and both listeners. Start() and Stop() must be called from one thread; the
@@ -50,9 +52,9 @@ class VigilServer {
   // and binds both listeners. kInvalidArgument for bad options (neither
   // grpc_tls nor grpc_insecure, say), a bad TLS or node token file (named)
   // or a rule file with errors (every one listed, one per line, with file
-  // and position), kNotFound for an unreadable rule, TLS or token file, the
-  // store's error if it cannot open, kUnavailable if an address cannot be
-  // bound (nothing is left running then).
+  // and position), kNotFound for an unreadable rule, TLS, token or watchdog
+  // header secret file, the store's error if it cannot open, kUnavailable
+  // if an address cannot be bound (nothing is left running then).
   absl::Status Start();
   // Stops accepting, cancels live streams, stops HTTP and flushes the
   // store. Returns the flush status. Idempotent.
@@ -94,11 +96,15 @@ class VigilServer {
   // Latest node and job state for the web UI.
   std::unique_ptr<FleetView> fleet_;
   // Feeds the fleet view, the detection service and `observer_`.
-  std::unique_ptr<FrameObserver> tee_;
+  std::unique_ptr<ShardedFrameObserver> tee_;
   std::unique_ptr<StreamAuthenticator> stream_auth_;
   std::unique_ptr<IngestService> ingest_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<HttpApi> http_;
+  // Rollups to a remote-write endpoint, or null when not configured.
+  std::unique_ptr<RemoteWriter> remote_write_;
+  // The dead-man's switch, or null when options.watchdog names no receiver.
+  std::unique_ptr<Watchdog> watchdog_;
   int grpc_port_ = 0;
   int http_port_ = 0;
 };

@@ -1,0 +1,190 @@
+// Detection alone, across frame workers: simulated 8-GPU nodes of several
+// jobs, their frames generated and decoded before timing, are run through
+// DetectionService's shards by FrameWorkers (as vigil-server does after
+// storing a batch), once with 1 worker and once with 2, in one process and
+// one run. Reports frames and samples per wall second, process CPU
+// seconds, and the speed-up of 2 workers over 1. See bench/RESULTS.md.
+//
+//   build/bench/detection_bench [--jobs=8] [--nodes-per-job=16] [--ticks=600]
+//                               [--max-workers=2]
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/simulator.h"
+#include "common/clock.h"
+#include "server/detection_service.h"
+#include "server/frame_workers.h"
+#include "storage/series_store.h"
+
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+struct Args {
+  int jobs = 8;
+  int nodes_per_job = 16;
+  int ticks = 600;
+  int max_workers = 2;
+};
+
+bool ParseArgs(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      const std::string prefix = std::string("--") + name + "=";
+      return arg.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
+    };
+    if (auto v = value("jobs")) a->jobs = std::atoi(v);
+    else if (auto v = value("nodes-per-job")) a->nodes_per_job = std::atoi(v);
+    else if (auto v = value("ticks")) a->ticks = std::atoi(v);
+    else if (auto v = value("max-workers")) a->max_workers = std::atoi(v);
+    else {
+      std::fprintf(stderr, "detection_bench: unknown argument %s\n", argv[i]);
+      return false;
+    }
+  }
+  return a->jobs > 0 && a->nodes_per_job > 0 && a->ticks > 0 && a->max_workers > 0;
+}
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec * 1e-6;
+}
+
+// One node's frames, decoded: per tick, store ids and values.
+struct NodeFrames {
+  std::string node, job;
+  std::vector<double> ts;
+  std::vector<int64_t> step;
+  std::vector<std::vector<uint32_t>> ids;
+  std::vector<std::vector<double>> values;
+};
+
+// Generates every node's frames and registers its series in `store`.
+std::vector<NodeFrames> Generate(const Args& args, double t0,
+                                 vigil::SeriesStore& store) {
+  std::vector<NodeFrames> nodes;
+  for (int j = 0; j < args.jobs; ++j) {
+    for (int n = 0; n < args.nodes_per_job; ++n) {
+      vigil::agent::SimulatorOptions o;
+      o.node = "n" + std::to_string(j * args.nodes_per_job + n);
+      o.job = "job" + std::to_string(j);
+      o.seed = 1 + j;
+      auto sim = vigil::agent::Simulator::Create(o);
+      if (!sim.ok()) {
+        std::fprintf(stderr, "simulator: %s\n", sim.status().ToString().c_str());
+        std::exit(1);
+      }
+      std::vector<uint32_t> id_of;
+      for (vigil::SeriesKey key : sim->series()) {
+        key.labels.emplace_back("job", o.job);
+        key.labels.emplace_back("node", o.node);
+        auto id = store.Resolve(key);
+        if (!id.ok()) {
+          std::fprintf(stderr, "resolve: %s\n", id.status().ToString().c_str());
+          std::exit(1);
+        }
+        id_of.push_back(*id);
+      }
+      NodeFrames f;
+      f.node = o.node;
+      f.job = o.job;
+      sim->Tick(t0 - 1);
+      for (int t = 0; t < args.ticks; ++t) {
+        auto frame = sim->Tick(t0 + t);
+        if (!frame) continue;
+        f.ts.push_back(frame->ts);
+        f.step.push_back(frame->step);
+        f.ids.emplace_back();
+        f.values.emplace_back();
+        for (const auto& s : frame->samples) {
+          f.ids.back().push_back(id_of[s.series]);
+          f.values.back().push_back(s.value);
+        }
+      }
+      nodes.push_back(std::move(f));
+    }
+  }
+  return nodes;
+}
+
+struct Result {
+  double wall_s = 0, cpu_s = 0;
+  uint64_t frames = 0, samples = 0;
+};
+
+// Runs every frame through a fresh DetectionService of `workers` shards.
+Result Run(const std::vector<NodeFrames>& nodes, int workers,
+           vigil::SeriesStore& store, vigil::Clock& clock) {
+  vigil::DetectionOptions o;
+  o.store = &store;
+  o.clock = &clock;
+  o.snapshot_seconds = 0;
+  o.shards = workers;
+  vigil::DetectionService detection(o);
+  if (!detection.Start().ok()) std::exit(1);
+  vigil::FrameWorkers pool({.workers = workers, .queue_capacity = 1u << 30});
+  Result r;
+  const double cpu0 = CpuSeconds();
+  const auto wall0 = Steady::now();
+  const size_t ticks = nodes.empty() ? 0 : nodes[0].ts.size();
+  for (size_t t = 0; t < ticks; ++t) {
+    for (const NodeFrames& n : nodes) {
+      if (t >= n.ts.size()) continue;
+      const int shard = detection.ShardOf(n.job);
+      r.frames += 1;
+      r.samples += n.ids[t].size();
+      pool.Submit(shard, [&detection, &n, t, shard] {
+        vigil::FrameView view;
+        view.node = n.node;
+        view.job = n.job;
+        view.step = n.step[t];
+        view.ts = n.ts[t];
+        view.ids = n.ids[t];
+        view.values = n.values[t];
+        detection.OnFrame(shard, view);
+      });
+    }
+  }
+  pool.Stop();
+  r.wall_s = std::chrono::duration<double>(Steady::now() - wall0).count();
+  r.cpu_s = CpuSeconds() - cpu0;
+  detection.Stop();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (!ParseArgs(argc, argv, &args)) return 2;
+  vigil::Clock& clock = *vigil::RealClock();
+  vigil::StoreOptions so;
+  so.clock = &clock;
+  so.max_series = 100'000'000;
+  std::unique_ptr<vigil::SeriesStore> store = vigil::NewMemoryStore(so);
+  const double t0 = clock.Now() - args.ticks - 60;
+  const std::vector<NodeFrames> nodes = Generate(args, t0, *store);
+  std::printf("jobs=%d nodes=%zu ticks=%d\n", args.jobs, nodes.size(), args.ticks);
+  double base = 0;
+  for (int w = 1; w <= args.max_workers; ++w) {
+    const Result r = Run(nodes, w, *store, clock);
+    const double rate = r.samples / r.wall_s;
+    if (w == 1) base = rate;
+    std::printf(
+        "workers=%d frames=%lu samples=%lu wall_s=%.3f cpu_s=%.3f "
+        "samples_per_wall_s=%.0f samples_per_cpu_s=%.0f speedup=%.2f\n",
+        w, static_cast<unsigned long>(r.frames),
+        static_cast<unsigned long>(r.samples), r.wall_s, r.cpu_s, rate,
+        r.samples / r.cpu_s, rate / base);
+  }
+  return 0;
+}
