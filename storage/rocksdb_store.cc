@@ -20,8 +20,10 @@
 // batch with its cursor in `open` and the deletion of its pieces. A
 // checkpoint (log over frame_log_checkpoint_bytes, Flush(), close) starts a
 // new log segment, then writes the unwritten tail of every open block as a
-// piece plus "log_start" = the new segment in one batch, then deletes older
-// segments. Opening loads the pieces as open blocks and replays segments
+// piece, then "log_start" = the new segment, then deletes older segments
+// (Flush and close write pieces and log start in one batch; the
+// maintenance thread writes the pieces slice by slice, pacing itself, and
+// the log start last). Opening loads the pieces as open blocks and replays segments
 // from log_start; samples already in closed blocks are dropped by the
 // out-of-order policy because the cursors are restored first.
 //
@@ -339,8 +341,9 @@ class RocksDbStore : public SeriesStore {
   struct CheckpointWork {
     uint64_t log_number = 0;
     std::vector<SeriesId> ids;  // the dirty list it took; may repeat ids
-    rocksdb::WriteBatch batch;
+    rocksdb::WriteBatch batch;  // what is encoded and not written yet
     std::vector<std::pair<SeriesId, int64_t>> written;  // (id, piece start)
+    size_t durable = 0;  // written[0, durable) are in the database
   };
   // Starts a new log segment and takes the dirty list.
   absl::StatusOr<CheckpointWork> BeginCheckpoint()
@@ -348,6 +351,8 @@ class RocksDbStore : public SeriesStore {
   // Encodes the unwritten tails of work.ids[begin, end) into the batch.
   void EncodePieces(CheckpointWork& work, size_t begin, size_t end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the pieces encoded so far (without the new log start).
+  absl::Status WritePieces(CheckpointWork& work);
   // Writes the batch with the new log start.
   absl::Status WriteCheckpoint(CheckpointWork& work);
   // Rolls back after a failed write, or deletes the pieces of blocks that
@@ -733,11 +738,22 @@ void RocksDbStore::EncodePieces(CheckpointWork& work, size_t begin,
   }
 }
 
+absl::Status RocksDbStore::WritePieces(CheckpointWork& work) {
+  if (work.batch.Count() == 0) return absl::OkStatus();
+  VIGIL_RETURN_IF_ERROR(
+      DbWrite(rocksdb::WriteOptions(), &work.batch, "cannot checkpoint"));
+  work.durable = work.written.size();
+  work.batch.Clear();
+  return absl::OkStatus();
+}
+
 absl::Status RocksDbStore::WriteCheckpoint(CheckpointWork& work) {
   (void)work.batch.Put(cf(kMeta), kLogStartKey, U64Value(work.log_number));
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
-  return DbWrite(write, &work.batch, "cannot checkpoint");
+  VIGIL_RETURN_IF_ERROR(DbWrite(write, &work.batch, "cannot checkpoint"));
+  work.durable = work.written.size();
+  return absl::OkStatus();
 }
 
 absl::Status RocksDbStore::FinishCheckpoint(CheckpointWork& work,
@@ -749,9 +765,12 @@ absl::Status RocksDbStore::FinishCheckpoint(CheckpointWork& work,
     const std::vector<int64_t>& pieces = blocks_[id].pieces;
     return std::find(pieces.begin(), pieces.end(), start) != pieces.end();
   };
+  rocksdb::WriteBatch orphans;
   if (!written.ok()) {
-    // The old segments stay in the replay range; undo the bookkeeping.
-    for (auto [id, start] : work.written) {
+    // The old segments stay in the replay range; undo the bookkeeping of
+    // the pieces not written (those written stay: valid pieces).
+    for (size_t i = work.durable; i < work.written.size(); ++i) {
+      auto [id, start] = work.written[i];
       if (!holds(id, start)) continue;
       Block& b = blocks_[id];
       b.pieces.pop_back();
@@ -761,11 +780,15 @@ absl::Status RocksDbStore::FinishCheckpoint(CheckpointWork& work,
           b.offsets.begin());
     }
     dirty_.insert(dirty_.end(), work.ids.begin(), work.ids.end());
+    for (size_t i = 0; i < work.durable; ++i) {
+      auto [id, start] = work.written[i];
+      if (!holds(id, start)) (void)orphans.Delete(cf(kOpen), PieceKey(id, start));
+    }
+    if (orphans.Count() > 0) (void)DbWrite(rocksdb::WriteOptions(), &orphans, "cannot delete pieces");
     return written;
   }
   ++checkpoints_;
   Hook("committed");
-  rocksdb::WriteBatch orphans;
   for (auto [id, start] : work.written) {
     if (!holds(id, start)) (void)orphans.Delete(cf(kOpen), PieceKey(id, start));
   }
@@ -804,14 +827,32 @@ absl::Status RocksDbStore::CheckpointInSlices() {
   }
   // Appends go on between slices. A sample they add after the rotation
   // may land in a piece too: replaying the new segment then finds it
-  // stored and drops it as a duplicate.
+  // stored and drops it as a duplicate. Each slice's pieces are written
+  // on their own (pieces without the new log start are harmless: a
+  // restart loads them and replays the old segments, dropping what they
+  // hold), and after each slice the thread rests as long as the slice
+  // took, so a checkpoint uses at most half a core instead of bursting.
   constexpr size_t kSlice = 2048;
-  for (size_t begin = 0; begin < work.ids.size(); begin += kSlice) {
-    absl::MutexLock l(&mu_);
-    EncodePieces(work, begin, std::min(work.ids.size(), begin + kSlice));
+  constexpr double kMaxRestSeconds = 0.02;
+  Clock& clock = *options_.store.clock;
+  absl::Status s;
+  for (size_t begin = 0; begin < work.ids.size() && s.ok(); begin += kSlice) {
+    const double start = clock.Now();
+    {
+      absl::MutexLock l(&mu_);
+      EncodePieces(work, begin, std::min(work.ids.size(), begin + kSlice));
+    }
+    s = WritePieces(work);
+    const double rest = std::min(kMaxRestSeconds, clock.Now() - start);
+    if (rest > 0) {
+      absl::MutexLock w(&wake_mu_);
+      wake_mu_.AwaitWithTimeout(
+          absl::Condition(+[](bool* stopping) { return *stopping; }, &stopping_),
+          absl::Seconds(rest));
+    }
   }
   Hook("writing");  // unlocked: appends may run, and close blocks
-  absl::Status s = WriteCheckpoint(work);
+  if (s.ok()) s = WriteCheckpoint(work);
   absl::MutexLock l(&mu_);
   checkpointing_ = false;
   return FinishCheckpoint(work, s);

@@ -35,8 +35,8 @@ struct RocksDbStoreOptions {
   rocksdb::Env* env = nullptr;
   // Test hook, called at the steps of a checkpoint: "rotated" (new log
   // segment created, open blocks not yet written; under the store's lock),
-  // "writing" (the maintenance thread's checkpoint only: tails encoded, not
-  // yet written; unlocked, so appends run meanwhile) and "committed" (open
+  // "writing" (the maintenance thread's checkpoint only: pieces written,
+  // the new log start not yet; unlocked, so appends run meanwhile) and "committed" (open
   // blocks written, old segments and pieces of blocks closed meanwhile not
   // yet deleted; under the lock). Crash tests _exit() there. Empty by
   // default.
