@@ -418,6 +418,9 @@ TEST_F(TrainingEndpointTest, NoJobLeavesTickJobUnset) {
 TEST_F(TrainingEndpointTest, StaleRanksStopCounting) {
   options_.default_job = "idle";
   options_.staleness_seconds = 300;
+  // Staleness alone: when the endpoint saw the disconnect before the clock
+  // moved (a race with this thread), a 5 s grace would drop the rank first.
+  options_.disconnect_grace_seconds = 1000;
   StartCollector();
   {
     RankClient r(path_);
