@@ -35,7 +35,13 @@ std::string Render(bool unreachable, double silence) {
 }  // namespace
 
 ServerReachability::ServerReachability(ServerReachabilityOptions options)
-    : options_(std::move(options)), started_at_(options_.clock->Now()) {}
+    : options_(std::move(options)),
+      started_at_(options_.clock->Now()),
+      // Errors are logged by Check itself; a bug must not end the checks.
+      rounds_(options_.clock, options_.check_seconds, [this] { (void)Check(); },
+              [this](const std::string& error) {
+                Log(absl::StrCat("reachability check threw ", error));
+              }) {}
 
 ServerReachability::~ServerReachability() { Stop(); }
 
@@ -121,36 +127,8 @@ void ServerReachability::Log(const std::string& line) {
   std::fprintf(stderr, "vigil-agent: %s\n", line.c_str());
 }
 
-void ServerReachability::Start() {
-  thread_ = std::thread([this] { Loop(); });
-}
+void ServerReachability::Start() { rounds_.Start(); }
 
-void ServerReachability::Stop() {
-  if (!thread_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
-void ServerReachability::Loop() {
-  Clock& clock = *options_.clock;
-  std::unique_lock<std::mutex> lock(mu_);
-  double next = clock.Now();
-  while (!stopping_) {
-    clock.WaitUntil(lock, cv_, next);
-    if (stopping_) break;
-    const double now = clock.Now();
-    if (now < next) continue;
-    next = now + options_.check_seconds;
-    lock.unlock();
-    // Errors are logged by Check itself; a bug must not end the checks.
-    if (std::string error = CatchAll([this] { (void)Check(); }); !error.empty())
-      Log(absl::StrCat("reachability check threw ", error));
-    lock.lock();
-  }
-}
+void ServerReachability::Stop() { rounds_.Stop(); }
 
 }  // namespace vigil::agent

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "common/periodic_thread.h"
 #include "absl/status/status.h"
 #include "agent/stream_client.h"
 #include "common/clock.h"
@@ -79,7 +80,6 @@ class ServerReachability {
   void Log(const std::string& line);
   // Writes `text` to status_file via a temp file and rename.
   absl::Status WriteStatusFile(const std::string& text) const;
-  void Loop();
 
   const ServerReachabilityOptions options_;
   // Construction time: the silence's start while nothing was acked.
@@ -91,10 +91,8 @@ class ServerReachability {
   double silent_since_ ABSL_GUARDED_BY(check_mu_) = 0;
   std::string logged_file_error_ ABSL_GUARDED_BY(check_mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  // Last: its thread stops before the rest goes.
+  PeriodicThread rounds_;
 };
 
 }  // namespace vigil::agent

@@ -208,41 +208,17 @@ Watchdog::Watchdog(WatchdogConfig config, WatchdogOptions options,
     : config_(std::move(config)),
       options_(std::move(options)),
       headers_(std::move(headers)),
-      started_at_(options_.clock->Now()) {}
+      started_at_(options_.clock->Now()),
+      rounds_(options_.clock, config_.interval_seconds, [this] { Beat(); },
+              [this](const std::string& error) {
+                Log(absl::StrCat("a beat threw ", error));
+              }) {}
 
 Watchdog::~Watchdog() { Stop(); }
 
-void Watchdog::Start() {
-  thread_ = std::thread([this] { Loop(); });
-}
+void Watchdog::Start() { rounds_.Start(); }
 
-void Watchdog::Stop() {
-  if (!thread_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
-
-void Watchdog::Loop() {
-  Clock& clock = *options_.clock;
-  std::unique_lock<std::mutex> lock(mu_);
-  double next = clock.Now();
-  while (!stopping_) {
-    clock.WaitUntil(lock, cv_, next);
-    if (stopping_) break;
-    const double now = clock.Now();
-    if (now < next) continue;
-    next = now + config_.interval_seconds;
-    lock.unlock();
-    // A bug in one beat must not end the heartbeats for good.
-    if (std::string error = CatchAll([this] { Beat(); }); !error.empty())
-      Log(absl::StrCat("a beat threw ", error));
-    lock.lock();
-  }
-}
+void Watchdog::Stop() { rounds_.Stop(); }
 
 void Watchdog::Log(const std::string& line) {
   if (options_.log) return options_.log(line);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/periodic_thread.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -159,7 +160,6 @@ class Watchdog {
  private:
   Watchdog(WatchdogConfig config, WatchdogOptions options,
            std::vector<std::pair<std::string, std::string>> headers);
-  void Loop();
   void Log(const std::string& line);
   // Sends `request`; "" when a 2xx came back, else why not.
   std::string Send(const OutboundRequest& request);
@@ -185,10 +185,8 @@ class Watchdog {
   bool follower_ ABSL_GUARDED_BY(beat_mu_) = false;
   std::string logged_error_ ABSL_GUARDED_BY(beat_mu_);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  // Last: its thread stops before the rest goes.
+  PeriodicThread rounds_;
 };
 
 }  // namespace vigil
