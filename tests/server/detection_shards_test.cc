@@ -71,6 +71,16 @@ class DetectionShardsTest : public ::testing::Test {
     d.OnFrame(f);
   }
 
+  // Five healthy seconds: node n1 in job `a`, n2 in job `b`.
+  void HealthyFrames(DetectionService& d, const std::string& a,
+                     const std::string& b) {
+    for (int s = 0; s < 5; ++s) {
+      Frame(d, a, "n1", s, 0);
+      Frame(d, b, "n2", s, 0);
+      clock_.Advance(1);
+    }
+  }
+
   FakeClock clock_{kT0};
   std::unique_ptr<SeriesStore> store_;
 };
@@ -95,11 +105,7 @@ TEST_F(DetectionShardsTest, JobsKeepTheirShardAndFamiliesStayTogether) {
 TEST_F(DetectionShardsTest, IncidentsOfDifferentShardsGetDistinctIds) {
   auto d = Service(2);
   const auto [a, b] = JobsOnTwoShards(*d);
-  for (int s = 0; s < 5; ++s) {
-    Frame(*d, a, "n1", s, 0);
-    Frame(*d, b, "n2", s, 0);
-    clock_.Advance(1);
-  }
+  HealthyFrames(*d, a, b);
   // Each shard's engine opens its first incident: both are inc-000001
   // inside their engines, and must not share the server's id.
   Frame(*d, a, "n1", 5, 1);
@@ -118,11 +124,7 @@ TEST_F(DetectionShardsTest, SnapshotsArePerShardAndNeedTheSameCount) {
   {
     auto d = Service(2);
     const auto [a, b] = JobsOnTwoShards(*d);
-    for (int s = 0; s < 5; ++s) {
-      Frame(*d, a, "n1", s, 0);
-      Frame(*d, b, "n2", s, 0);
-      clock_.Advance(1);
-    }
+    HealthyFrames(*d, a, b);
     ASSERT_TRUE(d->Snapshot().ok());
     d->Stop();
   }
