@@ -11,11 +11,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace vigil::agent {
 namespace {
@@ -26,9 +28,15 @@ void Family(std::string* out, const char* name, const char* type,
                   type, "\n");
 }
 
+// Integers as they are; floating values with 15 significant digits (StrCat
+// keeps 6, which turns a Unix time into 1.764e+09, minutes off).
 template <typename T>
 void Value(std::string* out, const std::string& name_and_labels, T v) {
-  absl::StrAppend(out, name_and_labels, " ", v, "\n");
+  if constexpr (std::is_floating_point_v<T>) {
+    absl::StrAppend(out, name_and_labels, " ", absl::StrFormat("%.15g", v), "\n");
+  } else {
+    absl::StrAppend(out, name_and_labels, " ", v, "\n");
+  }
 }
 
 // One sample of a family with no labels.

@@ -55,6 +55,16 @@ TEST(MetricsEndpointTest, ServesMetricsAndRefusesTheRest) {
   endpoint.Stop();  // idempotent
 }
 
+TEST(AgentMetricsTest, TimesKeepTheirPrecision) {
+  StreamClientStats client;
+  client.last_ack_time = 1764000123.25;
+  const std::string text =
+      RenderAgentMetrics(client, CollectRunnerStats(), ProcessUsage());
+  EXPECT_NE(text.find("vigil_agent_last_ack_timestamp_seconds 1764000123.25\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(MetricsEndpointTest, BadAddressesAreRefused) {
   MetricsEndpoint endpoint([] { return std::string(); });
   for (const char* bad : {"localhost:9465", "127.0.0.1", "127.0.0.1:99999",
