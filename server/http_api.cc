@@ -398,6 +398,13 @@ void HttpApi::InstallHandlers() {
     AppendFamily(&out, "vigil_connected_agents", "gauge",
                  "Live agent streams.");
     AppendSample(&out, "vigil_connected_agents", m.connected_agents.load());
+    AppendFamily(&out, "vigil_frame_worker_queued_batches", "gauge",
+                 "Batches each frame worker (detection shard) holds, queued "
+                 "or running.");
+    for (int k = 0; k < std::min(m.frame_workers.load(), IngestMetrics::kMaxReportedWorkers); ++k)
+      AppendSample(&out,
+                   absl::StrCat("vigil_frame_worker_queued_batches{worker=\"", k, "\"}"),
+                   m.worker_queued[k].load());
     AppendFamily(&out, "vigil_series", "gauge", "Series in the store.");
     AppendSample(&out, "vigil_series", stats.series);
     AppendFamily(&out, "vigil_storage_bytes", "gauge",

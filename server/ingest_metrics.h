@@ -89,6 +89,11 @@ struct IngestMetrics {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(SeriesLimit::kCount)>
       series_refused{};
   std::atomic<int64_t> connected_agents{0};  // gauge: live streams
+  // Frame workers (detection shards) and the batch parts each holds,
+  // queued or running (gauges; workers past kMaxReportedWorkers unreported).
+  static constexpr int kMaxReportedWorkers = 64;
+  std::atomic<int> frame_workers{0};
+  std::array<std::atomic<int64_t>, kMaxReportedWorkers> worker_queued{};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(RejectReason::kCount)>
       rejected{};
   RateWindow sample_rate;

@@ -274,7 +274,9 @@ IngestService::IngestService(const IngestOptions& options)
                          .queue_capacity = options.worker_queue_batches})),
       budget_(options.series_budget),
       watchdog_(std::make_unique<FirstBatchWatchdog>(options.clock,
-                                                     options.first_batch_seconds)) {}
+                                                     options.first_batch_seconds)) {
+  options_.metrics->frame_workers.store(workers_ == nullptr ? 0 : workers_->workers());
+}
 
 absl::StatusOr<SeriesId> IngestService::ResolveNew(StreamState& st,
                                                    SeriesKey key,
@@ -511,6 +513,7 @@ class IngestService::Reactor final
       if (state_.deliveries[k].empty()) continue;
       // HandleBatch checked for room; a queue filled since by other
       // streams still takes it (the bound is soft by the streams racing).
+      Counter(k).fetch_add(1, std::memory_order_relaxed);
       const bool queued = service_.workers_->Submit(k, [this, k] { Run(k); });
       if (!queued) Run(k);  // stopping: deliver here
     }
@@ -528,7 +531,16 @@ class IngestService::Reactor final
         observer.OnFrame(k, view);
       }
     }
+    Counter(k).fetch_sub(1, std::memory_order_relaxed);
     if (pending_.fetch_sub(1) == 1) StartWrite(&ack_);
+  }
+
+  // The queued-batches gauge of worker `k` (a spare one past those
+  // reported).
+  std::atomic<int64_t>& Counter(int k) {
+    static std::atomic<int64_t> unreported{0};
+    IngestMetrics& m = *service_.options_.metrics;
+    return k < IngestMetrics::kMaxReportedWorkers ? m.worker_queued[k] : unreported;
   }
 
   IngestService& service_;

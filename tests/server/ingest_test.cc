@@ -1,8 +1,12 @@
 // Ingest.Stream over loopback gRPC: the happy path, resends, node claims
 // and the detection hook.
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -169,6 +173,73 @@ TEST(IngestTest, NodeHasOneAgentInstanceAtATime) {
   EXPECT_EQ(t.server.metrics().rejected[static_cast<size_t>(
                 RejectReason::kNodeTaken)].load(),
             1u);
+}
+
+// Holds every frame on its worker until opened.
+class GateObserver : public FrameObserver {
+ public:
+  void OnFrame(const FrameView&) override {
+    std::unique_lock<std::mutex> l(mu_);
+    ++entered_;
+    cv_.notify_all();
+    cv_.wait(l, [this] { return open_; });
+  }
+  // Waits until `n` frames entered.
+  void WaitEntered(int n) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return entered_ >= n; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int entered_ = 0;
+  bool open_ = false;
+};
+
+// Acks wait for the frame workers; a worker whose queue is full makes
+// ingest refuse the batches of its shard before storing anything, with a
+// status that says why, and the agent's resend is taken once it caught up.
+TEST(IngestTest, ABackloggedWorkerRefusesBatchesBeforeStoringThem) {
+  GateObserver gate;
+  ServerOptions options = TestOptions();
+  options.detection_queue_batches = 1;
+  TestServer t(options, &gate);
+  IngestClient a(t.server.grpc_port()), b(t.server.grpc_port()), c(t.server.grpc_port());
+  a.Open();
+  b.Open();
+  c.Open();
+  std::optional<v1::Ack> ack_a, ack_b;
+  std::thread send_a([&] { ack_a = a.Send(FirstBatch("na", "x")); });
+  gate.WaitEntered(1);  // the worker runs a's batch (and holds it)
+  std::thread send_b([&] { ack_b = b.Send(FirstBatch("nb", "x")); });
+  const IngestMetrics& m = t.server.metrics();
+  for (int i = 0; i < 10'000 && m.worker_queued[0].load() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(m.worker_queued[0].load(), 2);  // a running, b queued
+  EXPECT_FALSE(ack_a.has_value());          // not acked before detection
+
+  EXPECT_FALSE(c.Send(FirstBatch("nc", "x")).has_value());
+  const grpc::Status refused = c.Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(refused.error_message().find("detection is behind"), std::string::npos)
+      << refused.error_message();
+  EXPECT_TRUE(t.server.store()->ListSeries({.node = "nc"}).empty());
+  EXPECT_EQ(m.rejected[static_cast<size_t>(RejectReason::kDetectionBacklog)].load(), 1u);
+
+  gate.Open();
+  send_a.join();
+  send_b.join();
+  ASSERT_TRUE(ack_a.has_value());
+  ASSERT_TRUE(ack_b.has_value());
+  c.Open();
+  ASSERT_TRUE(c.Send(FirstBatch("nc", "x")).has_value());
+  EXPECT_EQ(t.server.store()->ListSeries({.node = "nc"}).size(), 2u);
 }
 
 // Records what the detection hook is given.
