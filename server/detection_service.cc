@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/catch_all.h"
+#include "common/stable_hash.h"
 #include "detector/metric_catalog.h"
 #include "rules/incident_json.h"
 
@@ -88,16 +89,6 @@ bool Matches(const Json& s, const IncidentFilter& f) {
   return true;
 }
 
-// FNV-1a: a hash that stays the same across processes and builds, so a
-// job keeps its shard (and its snapshot) over restarts.
-uint64_t StableHash(std::string_view s) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/catch_all.h"
+#include "common/stable_hash.h"
 #include "common/status_macros.h"
 #include "notify/signing.h"
 
@@ -117,15 +118,6 @@ std::optional<DeliveryVerdict> ParseVerdict(const std::string& name) {
   return std::nullopt;
 }
 
-// FNV-1a: a jitter seed that stays the same across restarts and builds.
-uint64_t StableHash(std::string_view text) {
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
 
 // `j` as text; nullopt if a string in it is not valid UTF-8 (dumping with
 // "replace" then differs from dumping with "ignore").
