@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/server/remote_write/decode.h"
 #include "prometheus/remote_write.pb.h"
 #include "storage/series_store.h"
 
@@ -96,13 +97,6 @@ TransportResult Status(int http_status, std::string body = "",
   return r;
 }
 
-prometheus::WriteRequest Decode(const std::string& body) {
-  std::string plain;
-  EXPECT_TRUE(snappy::Uncompress(body.data(), body.size(), &plain));
-  prometheus::WriteRequest request;
-  EXPECT_TRUE(request.ParseFromString(plain));
-  return request;
-}
 
 // Sample values of a request, in order.
 std::vector<double> Values(const OutboundRequest& request) {

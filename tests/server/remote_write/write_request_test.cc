@@ -8,18 +8,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/server/remote_write/decode.h"
 #include "prometheus/remote_write.pb.h"
 
 namespace vigil {
 namespace {
 
-prometheus::WriteRequest Decode(const std::string& body) {
-  std::string plain;
-  EXPECT_TRUE(snappy::Uncompress(body.data(), body.size(), &plain));
-  prometheus::WriteRequest request;
-  EXPECT_TRUE(request.ParseFromString(plain));
-  return request;
-}
 
 std::vector<std::pair<std::string, std::string>> Labels(
     const prometheus::TimeSeries& ts) {
