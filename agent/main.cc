@@ -15,7 +15,7 @@
 // key). Flags take "--name value" or "--name=value"; the switches --insecure
 // and --once take none, and --simulate takes a value only as
 // --simulate=SCENARIO (bare --simulate means "healthy"). SCENARIO is a fault
-// kind (vigil::agent::FaultKindNames) or a JSON scenario file. The fault sits
+// kind (vigil::agent::SimulatedFaultKinds) or a JSON scenario file. The fault sits
 // on --fault-node (default: this node) unless the spec names a node; a node
 // the fault is not on still shows its job-wide effects (a straggler slows, a
 // hang stops every node), so run every agent of a job with the same
@@ -47,10 +47,7 @@
 #include "agent/collect_runner.h"
 #include "agent/collectors.h"
 #include "agent/disk_spool.h"
-#include "agent/scenario_spec.h"
-#include "agent/scenarios.h"
 #include "agent/server_reachability.h"
-#include "agent/simulator.h"
 #include "agent/simulator_collector.h"
 #include "agent/stream_client.h"
 #include "agent/transport_security.h"
@@ -80,8 +77,7 @@ constexpr double kFlushSeconds = 5.0;
 
 void PrintUsage(std::FILE* f) {
   std::fputs(kUsage, f);
-  for (const std::string& kind : vigil::agent::FaultKindNames()) {
-    std::string help(vigil::agent::FaultKindHelp(kind));
+  for (const auto& [kind, help] : vigil::agent::SimulatedFaultKinds()) {
     std::fprintf(f, "    %-20s %s\n", kind.c_str(), help.c_str());
   }
 }
@@ -248,86 +244,47 @@ void HandleSignals(std::function<void()> stop) {
 }
 
 // The simulated node of --simulate; `config` is already validated.
-absl::StatusOr<std::unique_ptr<vigil::agent::Simulator>> MakeSimulator(
-    const CommandLine& cl, const vigil::agent::AgentConfig& config,
-    std::unique_ptr<vigil::agent::FaultScenario>* scenario) {
+absl::StatusOr<std::unique_ptr<vigil::agent::Collector>> MakeSimulator(
+    const CommandLine& cl, const vigil::agent::AgentConfig& config) {
   auto get = [&](const char* name, const char* fallback) {
     auto it = cl.flags.find(name);
     return it == cl.flags.end() ? std::string(fallback) : it->second;
   };
-  int gpus = 0;
-  uint64_t seed = 0;
-  int64_t start_step = 0;
-  if (!absl::SimpleAtoi(get("gpus", "8"), &gpus) ||
-      !absl::SimpleAtoi(get("seed", "1"), &seed) ||
-      !absl::SimpleAtoi(get("start-step", "0"), &start_step)) {
+  vigil::agent::SimulatedNodeOptions options;
+  if (!absl::SimpleAtoi(get("gpus", "8"), &options.gpus) ||
+      !absl::SimpleAtoi(get("seed", "1"), &options.seed) ||
+      !absl::SimpleAtoi(get("start-step", "0"), &options.start_step)) {
     return absl::InvalidArgumentError(
         "bad number in --gpus, --seed or --start-step");
   }
-  vigil::agent::FaultOverrides overrides;
-  if (!get("fault-node", "").empty()) overrides.node = get("fault-node", "");
+  if (!get("fault-node", "").empty()) options.fault_node = get("fault-node", "");
   if (std::string v = get("fault-gpu", ""); !v.empty()) {
     int gpu = 0;
     if (!absl::SimpleAtoi(v, &gpu))
       return absl::InvalidArgumentError("bad --fault-gpu");
-    overrides.gpu = gpu;
+    options.fault_gpu = gpu;
   }
   if (std::string v = get("fault-at-step", ""); !v.empty()) {
     int64_t step = 0;
     if (!absl::SimpleAtoi(v, &step) || step < 0)
       return absl::InvalidArgumentError("bad --fault-at-step");
-    overrides.at_step = step;
+    options.fault_at_step = step;
   }
   if (std::string v = get("fault-at", ""); !v.empty()) {
     double at = 0;
     if (!absl::SimpleAtod(v, &at) || at < 0)
       return absl::InvalidArgumentError("bad --fault-at");
-    overrides.at_seconds = at;
+    options.fault_at_seconds = at;
   }
-  absl::StatusOr<vigil::agent::ScenarioSpec> spec =
-      vigil::agent::ScenarioSpecFromArg(cl.simulate);
-  if (!spec.ok()) return spec.status();
-  if (absl::Status s = vigil::agent::ResolveFaultDefaults(
-          overrides, config.node, {}, gpus, gpus, &*spec);
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<std::vector<vigil::agent::ResolvedFault>> faults =
-      vigil::agent::ResolveFaults(*spec, seed);
-  if (!faults.ok()) return faults.status();
-  *scenario =
-      std::make_unique<vigil::agent::FaultScenario>(*faults, config.node);
-
-  vigil::agent::SimulatorOptions options;
+  options.scenario = cl.simulate;
   options.node = config.node;
   options.job = get("job", "llama-70b");
-  options.gpus = gpus;
-  options.nics = gpus;
-  options.seed = seed;
-  options.start_step = start_step;
-  vigil::agent::AdjustJobOptions(*faults, &options);
-  absl::StatusOr<vigil::agent::Simulator> sim =
-      vigil::agent::Simulator::Create(options, scenario->get());
-  if (!sim.ok()) return sim.status();
-  for (const vigil::agent::ResolvedFault& f : *faults) {
-    const vigil::agent::FaultSpec& s = f.spec;
-    std::string when =
-        s.at_step.has_value()
-            ? "at step " + std::to_string(*s.at_step)
-            : "after " + std::to_string(static_cast<int>(*s.at_seconds)) + " s";
-    std::string where = vigil::agent::IsNodeFault(f)
-                            ? s.node + " gpu " + std::to_string(*s.gpu) +
-                                  (s.dev.empty() ? "" : " " + s.dev)
-                            : "the whole job";
-    std::fprintf(stderr,
-                 "vigil-agent: scenario %s: %s on %s %s (magnitude %g)%s\n",
-                 spec->name.c_str(), s.kind.c_str(), where.c_str(),
-                 when.c_str(), f.magnitude,
-                 vigil::agent::IsNodeFault(f) && s.node != config.node
-                     ? " (job-wide effects only here)"
-                     : "");
-  }
-  return std::make_unique<vigil::agent::Simulator>(std::move(*sim));
+  absl::StatusOr<vigil::agent::SimulatedNode> node =
+      vigil::agent::MakeSimulatedNode(options);
+  if (!node.ok()) return node.status();
+  for (const std::string& fault : node->faults)
+    std::fprintf(stderr, "vigil-agent: %s\n", fault.c_str());
+  return std::move(node->collector);
 }
 
 // The stream client of `config`, with its spool.
@@ -403,15 +360,12 @@ int main(int argc, char** argv) {
 
   std::vector<std::unique_ptr<vigil::agent::Collector>> owned;
   std::unique_ptr<vigil::agent::CollectRunner> collect;
-  std::unique_ptr<vigil::agent::FaultScenario> scenario;
-  std::unique_ptr<vigil::agent::Simulator> sim;
   if (!cl->simulate.empty()) {
     if (once) return Fail("--once reads a real node; drop --simulate");
-    absl::StatusOr<std::unique_ptr<vigil::agent::Simulator>> made =
-        MakeSimulator(*cl, config, &scenario);
+    absl::StatusOr<std::unique_ptr<vigil::agent::Collector>> made =
+        MakeSimulator(*cl, config);
     if (!made.ok()) return Fail(std::string(made.status().message()));
-    sim = std::move(*made);
-    owned.push_back(std::make_unique<vigil::agent::SimulatorCollector>(sim.get()));
+    owned.push_back(std::move(*made));
   } else {
     absl::StatusOr<std::vector<std::unique_ptr<vigil::agent::Collector>>>
         made = vigil::agent::MakeCollectors(config, clock);
@@ -488,7 +442,7 @@ int main(int argc, char** argv) {
                "vigil-agent: node %s (instance %s) streaming %s to %s every "
                "%gs\n",
                config.node.c_str(), (*client)->agent_instance().c_str(),
-               sim != nullptr ? "a simulated node" : "this node",
+               !cl->simulate.empty() ? "a simulated node" : "this node",
                config.server.c_str(), config.interval_seconds);
   absl::Status status = collect->Run();
   if (!status.ok()) {

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "agent/simulator.h"
+#include "agent/sim/simulator.h"
 #include "common/clock.h"
-#include "server/detection_service.h"
-#include "server/frame_workers.h"
+#include "server/detection/detection_service.h"
+#include "server/ingest/frame_workers.h"
 #include "storage/series_store.h"
 
 namespace {

@@ -29,7 +29,7 @@
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 
-#include "agent/simulator.h"
+#include "agent/sim/simulator.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
 namespace {

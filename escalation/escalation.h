@@ -1,7 +1,7 @@
 // Escalation: who is woken, on which channels, when, and what automatic
 // action is allowed to run. Pure: no I/O, no clock — every call carries
 // the time, so the same inputs always give the same outputs. The server
-// (server/escalation_service.h) feeds it incident updates and operator
+// (server/escalation/escalation_service.h) feeds it incident updates and operator
 // actions, persists its state and delivers what it asks for.
 //
 // Escalation config (the "escalation" section of the server config; every

@@ -4,7 +4,7 @@
 For every fault scenario of vigil-sim x a few seeds x cluster shapes, runs
 vigil-sim (frames + truth), vigil-replay (incidents), and scores the
 incidents against the truth with the criteria of docs/DETECTION.md (the same
-as tests/replay/scenario_replay.cc):
+as tests/server/replay/scenario_replay.cc):
 
   - an expected incident is met by the first output line at or after the
     fault's start whose severity is the expected one, whose kind is one of
@@ -25,7 +25,7 @@ docs/DETECTION.md between the evaluation markers. Python 3 stdlib only.
 
 With --multi-job it evaluates a cluster living its ordinary life instead
 (vigil-sim --multi-job: job churn, idle nodes, every fault kind at random
-times; agent/multi_job_sim.h). By default two long runs, in parallel, each
+times; agent/sim/multi_job_sim.h). By default two long runs, in parallel, each
 streamed straight into vigil-replay (no frame files): 7 days at 10-s frames
 (seed 1) and 1 day at 1-s frames (seed 2), 64 nodes x 8 GPUs; --days and
 --interval (and --seed) make it one run of that shape instead. Scoring

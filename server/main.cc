@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "server/server.h"
 
 namespace {
@@ -24,7 +24,7 @@ constexpr char kUsage[] =
     "usage: vigil-server --data-dir DIR --grpc-listen HOST:PORT "
     "--http-listen HOST:PORT [--config FILE] [--memory] [--web-dir DIR]\n"
     "                    [--rules FILE] [--no-detect] [--grpc-insecure]\n"
-    "  --config FILE   JSON config (server/config.h); flags override it\n"
+    "  --config FILE   JSON config (server/config/config.h); flags override it\n"
     "  --memory        keep everything in memory (no data dir)\n"
     "  --web-dir DIR   serve the web UI from DIR\n"
     "  --rules FILE    JSON rule document applied on top of the built-in\n"

@@ -1,6 +1,6 @@
 #include "server/server.h"
 
-#include "server/scheduler_query.h"
+#include "server/fleet/scheduler_query.h"
 
 #include <fstream>
 #include <sstream>
@@ -14,16 +14,16 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "server/detection_service.h"
-#include "server/grpc_security.h"
+#include "server/detection/detection_service.h"
+#include "server/ingest/grpc_security.h"
 #include "escalation/escalation.h"
-#include "server/escalation_service.h"
-#include "server/event_hub.h"
-#include "server/fleet_view.h"
-#include "server/http_api.h"
-#include "server/ingest_service.h"
+#include "server/escalation/escalation_service.h"
+#include "server/escalation/event_hub.h"
+#include "server/fleet/fleet_view.h"
+#include "server/api/http_api.h"
+#include "server/ingest/ingest_service.h"
 #include "server/remote_write/remote_write.h"
-#include "server/store_watch.h"
+#include "server/health/store_watch.h"
 #include "server/watchdog/watchdog.h"
 #include "storage/rocksdb_store.h"
 

@@ -8,10 +8,10 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "notify/notify.h"
-#include "server/auth.h"
-#include "server/config.h"
+#include "server/config/auth.h"
+#include "server/config/config.h"
 #include "server/frame_observer.h"
-#include "server/ingest_metrics.h"
+#include "server/ingest/ingest_metrics.h"
 #include "storage/series_store.h"
 
 namespace grpc {

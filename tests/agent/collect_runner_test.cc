@@ -11,6 +11,7 @@
 
 #include "agent/agent_metrics.h"
 #include "agent/batch_queue.h"
+#include "agent/sim/simulator.h"
 #include "agent/simulator_collector.h"
 #include "agent/transport_security.h"
 #include "gtest/gtest.h"

@@ -870,7 +870,7 @@ def md_escape(s):
 # jump missed across a kill; fixed by priming counters from the store
 # (docs/DETECTION.md, Restarts). The first full receivers drill (10 min at
 # a 4-s retry cap) lost 14 of 24 pages and every action to the outbox's
-# 50-send limit; items now give up by time alone (server/outbox.h).
+# 50-send limit; items now give up by time alone (server/delivery/outbox.h).
 KNOWN_GAPS = []
 
 

@@ -1,5 +1,5 @@
 // Fuzzes the server's JSON inputs written by people: the config file
-// (server/config.h, which includes escalation, receivers and auth), rule
+// (server/config/config.h, which includes escalation, receivers and auth), rule
 // files (rules/rule.h) and silences (escalation/escalation.h).
 #include <cstddef>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include "escalation/escalation.h"
 #include "nlohmann/json.hpp"
 #include "rules/rule.h"
-#include "server/config.h"
+#include "server/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -1,4 +1,4 @@
-// Fuzzes the HTTP API's query parameters (server/http_api.h and the UI's
+// Fuzzes the HTTP API's query parameters (server/api/http_api.h and the UI's
 // routes): a real in-process server (memory store with a few series and
 // one incident) answers GETs whose path and parameters come from the
 // input. A bad parameter is the client's mistake - 4xx with a reason -,

@@ -1,4 +1,4 @@
-// Fuzzes ingest batch handling (server/ingest_service.h) end to end: a
+// Fuzzes ingest batch handling (server/ingest/ingest_service.h) end to end: a
 // real in-process server (memory store, detection on) on loopback, fed
 // a stream of FrameBatch messages as any agent - or anyone holding a node
 // token - could send them. Every batch must be acked or end the stream

@@ -1,12 +1,12 @@
 // Fuzzes the vigil-replay line parser and the detection pipeline behind it
-// (server/replay.h): recorded or hand-made JSONL, fed in arbitrary chunks.
+// (server/replay/replay.h): recorded or hand-made JSONL, fed in arbitrary chunks.
 // Replay must be deterministic however the input is chunked.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-#include "server/replay.h"
+#include "server/replay/replay.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/scenarios.h"
-#include "agent/simulator.h"
+#include "agent/sim/scenarios.h"
+#include "agent/sim/simulator.h"
 #include "agent/stream_client.h"
 #include "storage/series_store.h"
 

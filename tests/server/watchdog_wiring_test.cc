@@ -7,7 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "server/server.h"
 #include "tests/server/http_client.h"
 #include "tests/server/test_server.h"

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/config.h"
+#include "server/config/config.h"
 
 namespace vigil {
 namespace {

@@ -1,0 +1,67 @@
+// API tokens and roles. Mutating API calls need the operator role, admin
+// calls the admin role; reads need a viewer token unless anonymous reads
+// are allowed. Tokens live in the config only as the lower-case hex
+// SHA-256 of the token (`vigilctl hash-token` prints it).
+#ifndef VIGIL_SERVER_CONFIG_AUTH_H_
+#define VIGIL_SERVER_CONFIG_AUTH_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace vigil {
+
+// Ordered: a higher role may do everything a lower one may.
+enum class Role : uint8_t { kViewer, kOperator, kAdmin };
+
+// "viewer", "operator", "admin".
+std::string_view RoleName(Role role);
+// The role named `name`, or nullopt.
+std::optional<Role> ParseRole(std::string_view name);
+
+// One configured token.
+struct ApiToken {
+  std::string name;        // who holds it; shown in timelines and the audit log
+  Role role = Role::kViewer;
+  std::string sha256_hex;  // lower-case hex SHA-256 of the token
+};
+
+struct AuthOptions {
+  std::vector<ApiToken> tokens;
+  // Let requests without a token read (GET) as "anonymous" viewers.
+  bool anonymous_read = true;
+};
+
+// Who made a request.
+struct Identity {
+  std::string name;
+  Role role = Role::kViewer;
+};
+
+// Checks bearer tokens. Immutable after construction; thread-safe.
+class Authenticator {
+ public:
+  explicit Authenticator(AuthOptions options);
+
+  // The identity behind the Authorization header value `authorization`
+  // ("Bearer <token>"), checked to hold at least `needed`. A missing header
+  // passes as "anonymous" viewer when anonymous reads are allowed and
+  // `needed` is kViewer. kUnauthenticated for a missing, malformed or
+  // unknown token; kPermissionDenied when the role is too low.
+  absl::StatusOr<Identity> Authorize(std::string_view authorization,
+                                     Role needed) const;
+
+ private:
+  const bool anonymous_read_;
+  // sha256 hex -> token.
+  std::map<std::string, ApiToken, std::less<>> by_hash_;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_CONFIG_AUTH_H_

@@ -1,0 +1,234 @@
+// Escalation in the server: turns incident updates into pages (through the
+// escalation/ state machine and the notify/ channels) and automatic
+// actions (through the interlocks of escalation/ActionGate and signed
+// webhooks to vigil-actuator), all delivered by the durable Outbox. Keeps
+// the operator-facing lifecycle (acknowledged, silenced, resolved by an
+// operator), each incident's escalation timeline, the action records and
+// the audit log.
+//
+// Implemented by job: escalation_service.cc (the core: updates to pages,
+// operator calls, state, ticks), escalation_actions.cc (actions and their
+// gate), escalation_journal.cc (timelines, audit log, delivery listings),
+// twilio_callback.cc (phone keypresses); page_notice.h and
+// diagnostic_report.h hold what a page carries.
+//
+// Storage (store events, kept forever; state in the store's state space):
+//   streams "outbox", "outbox/actions"   the two outboxes (server/delivery/outbox.h)
+//   state "escalation"       escalator + gate state, counters, the
+//                            incidents being escalated (restored by Start)
+//   stream "timeline/<id>"   {"type", "ts", "who", "detail", ...}: pages,
+//                            deliveries, acks, silences, actions
+//   stream "actions"         every change of an action record (full record)
+//   stream "audit"           {"ts", "who", "role", "action", "target",
+//                            "detail", "result"}: every operator call
+#ifndef VIGIL_SERVER_ESCALATION_ESCALATION_SERVICE_H_
+#define VIGIL_SERVER_ESCALATION_ESCALATION_SERVICE_H_
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "escalation/escalation.h"
+#include "nlohmann/json.hpp"
+#include "notify/notify.h"
+#include "rules/incident.h"
+#include "server/config/auth.h"
+#include "server/config/config.h"
+#include "server/escalation/event_hub.h"
+#include "server/fleet/fleet_view.h"
+#include "server/detection/incident_listener.h"
+#include "server/delivery/outbox.h"
+#include "storage/series_store.h"
+
+namespace vigil {
+
+class DetectionService;
+
+// What EscalationService needs. Pointers are not owned and must outlive it.
+struct EscalationServiceOptions {
+  SeriesStore* store = nullptr;           // required
+  Clock* clock = nullptr;                 // required
+  DetectionService* detection = nullptr;  // required: raises "remediation halted"
+  Transport* transport = nullptr;         // required: where requests go
+  EscalationConfig escalation = DefaultEscalationConfig();
+  NotificationOptions notifications;
+  ActuatorOptions actuator;
+  // Seconds between ticks (re-pages, silences, state snapshots).
+  double tick_seconds = 1;
+  // Where every incident change (detection update or timeline event) and
+  // silence change is announced to live pages; null: nowhere.
+  EventHub* changes = nullptr;
+  // The scheduler id of a job and a node that runs it, as that node's agent
+  // verified them (FleetView::FindVerifiedJob), preferring the node given.
+  // Automatic job actions (pause, checkpoint then pause) go only to
+  // verified jobs, aimed at that id and node so the actuator checks the job
+  // runs there; the others wait for an operator's approval. Null: no job is
+  // verified.
+  std::function<std::optional<VerifiedJob>(const std::string& job,
+                                           const std::string& node)>
+      verified_job;
+};
+
+// Thread-safe. OnIncidentUpdate is called by DetectionService (under its
+// pipeline lock: it never calls back into detection); the rest from HTTP
+// threads.
+class EscalationService : public IncidentListener {
+ public:
+  explicit EscalationService(EscalationServiceOptions options);
+  // Stops if running.
+  ~EscalationService() override;
+
+  // Restores the stored state, starts the outbox and the tick thread.
+  // kFailedPrecondition if already started; kDataLoss if the stored state
+  // cannot be read back.
+  absl::Status Start();
+  // Stops the tick thread and the outbox and stores the state. Idempotent.
+  void Stop();
+
+  // Escalates an engine update (pages, automatic actions).
+  void OnIncidentUpdate(const IncidentUpdate& update) override;
+
+  // Operator calls. Each is audited. kNotFound for an unknown id,
+  // kFailedPrecondition when the incident is not in a state that allows it;
+  // the answer is the incident's escalation status (Escalator::StatusOf).
+  absl::StatusOr<nlohmann::json> Acknowledge(std::string_view id,
+                                             const Identity& who,
+                                             std::string_view comment);
+  absl::StatusOr<nlohmann::json> Unacknowledge(std::string_view id,
+                                               const Identity& who);
+  absl::StatusOr<nlohmann::json> Resolve(std::string_view id,
+                                         const Identity& who,
+                                         std::string_view comment);
+
+  // Silences: body as ParseSilence; kInvalidArgument for a bad body.
+  absl::StatusOr<nlohmann::json> AddSilence(const nlohmann::json& body,
+                                            const Identity& who);
+  absl::StatusOr<nlohmann::json> ExpireSilence(std::string_view id,
+                                               const Identity& who);
+  // {"silences": [...]} not yet ended.
+  nlohmann::json ListSilences() const;
+
+  // {"deliveries": [...]} of `incident_id` (all when empty), newest first.
+  nlohmann::json ListDeliveries(std::string_view incident_id,
+                                size_t limit) const;
+
+  // {"actions": [...]} of `incident_id` (all when empty), newest first.
+  nlohmann::json ListActions(std::string_view incident_id) const;
+  // `listing` (of ListDeliveries or ListActions) without the receivers' and
+  // the actuator's raw answers ("last_response", "result"), which may hold
+  // phone numbers, account ids or echoed secrets: what a viewer may see.
+  static nlohmann::json WithoutRawAnswers(nlohmann::json listing);
+  // Runs an action by hand: body {"action", "job", "node", "incident_id",
+  // "reason"}; still goes through dry-run and the circuit breaker.
+  // kInvalidArgument for a bad body.
+  absl::StatusOr<nlohmann::json> RequestAction(const nlohmann::json& body,
+                                               const Identity& who);
+  // Approves an action waiting for approval; kNotFound / kFailedPrecondition.
+  absl::StatusOr<nlohmann::json> ApproveAction(std::string_view id,
+                                               const Identity& who);
+
+  // {"tripped", "dry_run", "max_cordons", ...}.
+  nlohmann::json Remediation() const;
+  // Closes the circuit breaker and resolves the "remediation halted"
+  // incident.
+  nlohmann::json ResetRemediation(const Identity& who);
+  // After a restart, takes back from detection the "remediation halted"
+  // incident the breaker opened before it (DetectionService::
+  // ClaimInherited), so that ResetRemediation resolves it. Call once
+  // both services have started; a no-op when the breaker is not tripped.
+  void ClaimHaltIncident();
+
+  // {"entries": [...]}, newest first.
+  nlohmann::json Audit(size_t limit) const;
+  // {"schedules": [{"name", "user"}]} at the current time.
+  nlohmann::json OnCall() const;
+
+  // Adds "lifecycle" and "escalation" (StatusOf) to an incident JSON.
+  void Decorate(nlohmann::json* incident) const;
+  // The escalation timeline of incident `id`, oldest first.
+  std::vector<nlohmann::json> Timeline(std::string_view id) const;
+
+  // Twilio's <Gather> callback to the twilio_voice receiver's
+  // callback_url: verifies X-Twilio-Signature (`signature`) with the
+  // receiver's auth token over callback_url + "?" + `query` followed by the
+  // sorted `form` fields, applies Digits (1 acknowledge, 2 resolve) to the
+  // incident named in the query and returns the TwiML answer.
+  // Twilio's signature carries no time, so each call's keypress is acted
+  // on once: a repeat of the same CallSid and Digits within 24 h (a
+  // captured request replayed) is kAlreadyExists and changes nothing.
+  // kUnauthenticated for a bad signature, kInvalidArgument without a
+  // CallSid, kNotFound when no twilio_voice receiver is configured.
+  absl::StatusOr<std::string> TwilioCallback(
+      std::string_view query, const std::multimap<std::string, std::string>& form,
+      std::string_view signature);
+
+  // Counters for /metrics.
+  Outbox::Counters outbox_counters() const;
+
+ private:
+  struct Action;
+  // Delivers what the escalator asked for (mu_ held).
+  void Handle(const EscalationOutput& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueuePage(const Page& page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartActions(const Incident& incident) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json Decide(nlohmann::json action, bool approved, double now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveAction(const nlohmann::json& action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddTimeline(std::string_view id, nlohmann::json event);
+  void AddAudit(const Identity& who, std::string_view action,
+                std::string_view target, std::string_view detail,
+                const absl::Status& result);
+  void OnDelivery(const DeliveryStatus& status);
+  absl::Status SaveState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads back the recent actions (and moves next_action_ past their ids).
+  absl::Status LoadActions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OpenHaltIncidents();
+  // The tick thread's loop; the first tick is due at `first_tick`.
+  void TickLoop(double first_tick);
+  absl::StatusOr<nlohmann::json> Operate(std::string_view verb,
+                                         std::string_view id,
+                                         const Identity& who,
+                                         std::string_view comment);
+
+  const EscalationServiceOptions options_;
+  // Pages, and action webhooks (slow: a checkpoint may take minutes).
+  std::unique_ptr<Outbox> outbox_;
+  std::unique_ptr<Outbox> action_outbox_;
+
+  mutable std::mutex mu_;
+  Escalator escalator_ ABSL_GUARDED_BY(mu_);
+  ActionGate gate_ ABSL_GUARDED_BY(mu_);
+  // Incidents being escalated (evidence kept for diagnostic reports).
+  std::map<std::string, Incident, std::less<>> incidents_ ABSL_GUARDED_BY(mu_);
+  // Action records by id.
+  std::map<std::string, nlohmann::json, std::less<>> actions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_action_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_silence_ ABSL_GUARDED_BY(mu_) = 1;
+  // "remediation halted" incidents to open / the open one's id.
+  std::vector<std::string> pending_halts_ ABSL_GUARDED_BY(mu_);
+  std::string halt_incident_ ABSL_GUARDED_BY(mu_);
+  // Twilio callbacks acted on: "CallSid/Digits" -> when (for replays).
+  std::mutex twilio_mu_;
+  std::map<std::string, double> twilio_calls_ ABSL_GUARDED_BY(twilio_mu_);
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::mutex tick_mu_;
+  std::condition_variable tick_cv_;
+  bool stopping_ ABSL_GUARDED_BY(tick_mu_) = false;
+  bool started_ = false;
+  std::thread tick_thread_;
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_ESCALATION_ESCALATION_SERVICE_H_

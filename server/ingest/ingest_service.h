@@ -1,0 +1,134 @@
+// The gRPC Ingest.Stream implementation: validates batches from agents,
+// appends them to the store, hands accepted frames to the frame workers
+// (detection) and acks them once those have seen them.
+#ifndef VIGIL_SERVER_INGEST_INGEST_SERVICE_H_
+#define VIGIL_SERVER_INGEST_INGEST_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "common/clock.h"
+#include "server/frame_observer.h"
+#include "server/ingest/frame_workers.h"
+#include "server/ingest/grpc_security.h"
+#include "server/ingest/ingest_metrics.h"
+#include "server/ingest/series_budget.h"
+#include "storage/series_store.h"
+#include "vigil/v1/ingest.grpc.pb.h"
+
+namespace vigil {
+
+// What IngestService needs. Pointers are not owned and must outlive it.
+struct IngestOptions {
+  SeriesStore* store = nullptr;         // required
+  Clock* clock = nullptr;               // required
+  IngestMetrics* metrics = nullptr;     // required
+  // Optional: detection and the other frame observers, run on one worker
+  // thread per shard (server/ingest/frame_workers.h).
+  ShardedFrameObserver* observer = nullptr;
+  // Batches one worker's queue may hold; past it a batch of its shard is
+  // refused unapplied with UNAVAILABLE (the agent keeps it and resends).
+  // A stream has one batch in flight, so this bounds only servers with
+  // more streams than that on one shard.
+  size_t worker_queue_batches = 10'000;
+  // Optional: decides whether a stream may report for its Hello.node
+  // (node tokens, certificate-bound node names).
+  StreamAuthenticator* authenticator = nullptr;
+  // Frames stamped further ahead of clock->Now() are refused.
+  double max_future_skew_seconds = 300;
+  // Frames older than this (the raw retention) are refused.
+  double raw_retention_seconds = 7 * 86400.0;
+  // Series one stream may define (its dictionary); 0: no limit. Past it,
+  // new definitions are left out and their samples dropped; the stream and
+  // its known series carry on.
+  uint32_t max_series_per_stream = 50'000;
+  // New series per node and per job over a window (server/ingest/series_budget.h).
+  SeriesBudgetOptions series_budget;
+  // Streams served at once; past it a new stream is refused with
+  // UNAVAILABLE (the agent keeps its spool and retries).
+  int max_streams = 10'000;
+  // A stream whose first batch has not arrived this many seconds (of
+  // `clock`) after it opened is cancelled (the peer sees CANCELLED), so idle or
+  // slow peers cannot hold stream slots. Tokens and certificates are checked
+  // before that read.
+  double first_batch_seconds = 10;
+};
+
+// Serves Ingest.Stream with gRPC's callback API: no thread per stream; a
+// batch is validated and stored on a gRPC thread, run through the frame
+// observers on the worker of its shard, and acked when they are done. A
+// stream has one batch in flight: the next is read after the ack.
+//
+// Per stream: the token and certificate (if required) are checked before
+// anything is read; at most max_streams streams are served at once; the
+// first batch must arrive within first_batch_seconds and carry a Hello,
+// and the stream must pass the authenticator (if any) for its node; the dropped-batch counts in the
+// Hello go to the metrics, and a line is logged when they grew since the
+// node's previous stream. A node has at most one
+// live stream: another agent instance is refused with ALREADY_EXISTS, the
+// same instance replaces (cancels) its old stream. Each batch is validated
+// whole before anything is stored; a bad batch ends the stream with
+// INVALID_ARGUMENT "batch SEQ frame I: reason", and everything acked before
+// stays stored. A batch whose seq was already applied for this node and
+// agent instance (a resend after a lost ack) is acked again without being
+// re-applied. Thread-safe.
+class IngestService final : public v1::Ingest::CallbackService {
+ public:
+  explicit IngestService(const IngestOptions& options);
+  // Runs what the frame workers hold. The gRPC server must be shut down
+  // first (no stream left).
+  ~IngestService() override;
+
+  grpc::ServerBidiReactor<v1::FrameBatch, v1::Ack>* Stream(
+      grpc::CallbackServerContext* context) override;
+
+  // Batches queued or running on each frame worker now (for /metrics).
+  std::vector<size_t> WorkerQueues() const;
+
+ private:
+  struct NodeSession;
+  struct StreamState;
+  class Reactor;
+
+  // Claims the node of `hello` for the stream; ALREADY_EXISTS if another
+  // agent instance streams it.
+  grpc::Status Register(grpc::ServerContextBase* context,
+                        const v1::Hello& hello, StreamState* state);
+  // Releases the node if the stream still holds it.
+  void Unregister(const StreamState& state);
+  // Validates, applies and acks one batch.
+  grpc::Status HandleBatch(StreamState& state, const v1::FrameBatch& batch,
+                           v1::Ack* ack);
+  // The store id of `key` (a series of `job` the stream has not used yet,
+  // its job label set), created if the series limits allow. kRefused (see
+  // the .cc) when a limit refuses it, noted in the stream's refused_reason
+  // and the metrics; an error for a malformed key or a failing store.
+  absl::StatusOr<SeriesId> ResolveNew(StreamState& state, SeriesKey key,
+                                      const std::string& job, double now);
+
+  // Checks the first batch (hello, authentication) and registers the
+  // stream; a non-OK status ends the stream.
+  grpc::Status Open(grpc::CallbackServerContext* context,
+                    const v1::FrameBatch& batch, StreamState* state);
+
+  class FirstBatchWatchdog;
+
+  const IngestOptions options_;
+  // Null without an observer.
+  std::unique_ptr<FrameWorkers> workers_;
+  SeriesBudget budget_;
+  std::atomic<int> streams_{0};
+  const std::unique_ptr<FirstBatchWatchdog> watchdog_;
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<NodeSession>> nodes_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace vigil
+
+#endif  // VIGIL_SERVER_INGEST_INGEST_SERVICE_H_

@@ -1,0 +1,312 @@
+// RequestAuthorizer: sign-in, bearer tokens, session cookies with CSRF,
+// anonymous reads, expiry on a fake clock, eviction; and CookieValue.
+#include "server/api/web_sessions.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "notify/signing.h"
+
+namespace vigil {
+namespace {
+
+constexpr char kViewerToken[] = "viewer-token";
+constexpr char kOperatorToken[] = "operator-token";
+
+AuthOptions TwoTokens(bool anonymous_read = true) {
+  AuthOptions options;
+  options.tokens = {{"vic", Role::kViewer, HexEncode(Sha256(kViewerToken))},
+                    {"olga", Role::kOperator, HexEncode(Sha256(kOperatorToken))}};
+  options.anonymous_read = anonymous_read;
+  return options;
+}
+
+std::string Cookie(const NewSession& s) {
+  return std::string(kSessionCookie) + "=" + s.id;
+}
+
+class WebSessionsTest : public ::testing::Test {
+ protected:
+  explicit WebSessionsTest(WebSessionOptions options = WebSessionOptions(),
+                           bool anonymous_read = true)
+      : auth_(TwoTokens(anonymous_read)), authorizer_(&auth_, &clock_, options) {}
+
+  NewSession MustSignIn(const std::string& token) {
+    absl::StatusOr<NewSession> s = authorizer_.SignIn(token);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.value_or(NewSession{});
+  }
+
+  // A request riding on session cookie `cookie`.
+  absl::StatusOr<RequestIdentity> WithCookie(const std::string& method,
+                                             const std::string& cookie,
+                                             const std::string& csrf, Role needed) {
+    return authorizer_.Authorize({method, "", cookie, csrf}, needed);
+  }
+
+  // How a GET riding on `cookie` is let in: "session", "anonymous" (an
+  // ended session still reads anonymously when that is allowed) or the
+  // error code.
+  std::string Via(const std::string& cookie) {
+    absl::StatusOr<RequestIdentity> who = WithCookie("GET", cookie, "", Role::kViewer);
+    return who.ok() ? who->via : absl::StatusCodeToString(who.status().code());
+  }
+
+  FakeClock clock_;
+  Authenticator auth_;
+  RequestAuthorizer authorizer_;
+};
+
+TEST_F(WebSessionsTest, SignInGivesRandomIdAndCsrf) {
+  NewSession a = MustSignIn(kOperatorToken);
+  EXPECT_EQ(a.who.name, "olga");
+  EXPECT_EQ(a.who.role, Role::kOperator);
+  EXPECT_EQ(a.id.size(), 64u);  // 32 random bytes, hex
+  EXPECT_EQ(a.csrf.size(), 64u);
+  EXPECT_NE(a.id, a.csrf);
+  NewSession b = MustSignIn(kOperatorToken);
+  EXPECT_NE(a.id, b.id);
+  EXPECT_NE(a.csrf, b.csrf);
+  EXPECT_EQ(authorizer_.session_count(), 2u);
+
+  EXPECT_EQ(authorizer_.SignIn("nope").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(authorizer_.SignIn("").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(authorizer_.session_count(), 2u);
+}
+
+TEST_F(WebSessionsTest, BearerTokenNeedsNoCsrfAndWinsOverTheCookie) {
+  NewSession viewer = MustSignIn(kViewerToken);
+  absl::StatusOr<RequestIdentity> who = authorizer_.Authorize(
+      {"POST", "Bearer operator-token", Cookie(viewer), ""}, Role::kOperator);
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->who.name, "olga");
+  EXPECT_EQ(who->via, "token");
+  EXPECT_EQ(who->csrf, "");
+
+  EXPECT_EQ(authorizer_.Authorize({"POST", "Bearer viewer-token", "", ""},
+                                  Role::kOperator).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(authorizer_.Authorize({"GET", "Bearer wrong", "", ""}, Role::kViewer)
+                .status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(WebSessionsTest, CookieReadsWithoutCsrfButWritesNeedIt) {
+  NewSession s = MustSignIn(kOperatorToken);
+  absl::StatusOr<RequestIdentity> read = WithCookie("GET", Cookie(s), "", Role::kViewer);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->who.name, "olga");
+  EXPECT_EQ(read->via, "session");
+  EXPECT_EQ(read->csrf, s.csrf);
+  EXPECT_TRUE(WithCookie("HEAD", Cookie(s), "", Role::kOperator).ok());
+
+  for (const char* method : {"POST", "DELETE", "PUT"}) {
+    EXPECT_EQ(WithCookie(method, Cookie(s), "", Role::kOperator).status().code(),
+              absl::StatusCode::kPermissionDenied) << method;
+    EXPECT_EQ(WithCookie(method, Cookie(s), s.csrf + "0", Role::kOperator)
+                  .status().code(),
+              absl::StatusCode::kPermissionDenied) << method;
+    absl::StatusOr<RequestIdentity> ok =
+        WithCookie(method, Cookie(s), s.csrf, Role::kOperator);
+    ASSERT_TRUE(ok.ok()) << method << ": " << ok.status();
+    EXPECT_EQ(ok->who.name, "olga");
+  }
+  // Another session's CSRF token does not do.
+  NewSession other = MustSignIn(kOperatorToken);
+  EXPECT_EQ(WithCookie("POST", Cookie(s), other.csrf, Role::kOperator).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // Nor an unknown session id.
+  EXPECT_EQ(Via("vigil_session=abc"), "anonymous");
+}
+
+TEST_F(WebSessionsTest, SessionRoleIsChecked) {
+  NewSession viewer = MustSignIn(kViewerToken);
+  EXPECT_TRUE(WithCookie("GET", Cookie(viewer), "", Role::kViewer).ok());
+  absl::Status denied =
+      WithCookie("POST", Cookie(viewer), viewer.csrf, Role::kOperator).status();
+  EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(denied.message().find("needs operator"), std::string::npos) << denied;
+  EXPECT_EQ(WithCookie("GET", Cookie(viewer), "", Role::kAdmin).status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(WebSessionsTest, AnonymousReadsWhenAllowed) {
+  absl::StatusOr<RequestIdentity> who =
+      authorizer_.Authorize({"GET", "", "", ""}, Role::kViewer);
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->via, "anonymous");
+  EXPECT_EQ(who->who.name, "anonymous");
+  // A cookie header without the session cookie is no session.
+  EXPECT_EQ(authorizer_.Authorize({"GET", "", "theme=dark", ""}, Role::kViewer)->via,
+            "anonymous");
+  EXPECT_EQ(authorizer_.Authorize({"POST", "", "", ""}, Role::kOperator).status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+class NoAnonymousTest : public WebSessionsTest {
+ protected:
+  NoAnonymousTest() : WebSessionsTest(WebSessionOptions(), false) {}
+};
+
+TEST_F(NoAnonymousTest, ReadsNeedATokenOrSession) {
+  EXPECT_EQ(authorizer_.Authorize({"GET", "", "", ""}, Role::kViewer).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  NewSession s = MustSignIn(kViewerToken);
+  EXPECT_TRUE(WithCookie("GET", Cookie(s), "", Role::kViewer).ok());
+  // An ended session reads nothing here.
+  authorizer_.SignOut(Cookie(s));
+  EXPECT_EQ(Via(Cookie(s)), "UNAUTHENTICATED");
+}
+
+TEST_F(WebSessionsTest, EndedSessionCannotWrite) {
+  NewSession s = MustSignIn(kOperatorToken);
+  authorizer_.SignOut(Cookie(s));
+  EXPECT_EQ(WithCookie("POST", Cookie(s), s.csrf, Role::kOperator).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(WithCookie("POST", Cookie(s), s.csrf, Role::kViewer).status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+class ExpiryTest : public WebSessionsTest {
+ protected:
+  static WebSessionOptions Short() {
+    WebSessionOptions o;
+    o.idle_seconds = 100;
+    o.max_seconds = 250;
+    return o;
+  }
+  ExpiryTest() : WebSessionsTest(Short()) {}
+};
+
+TEST_F(ExpiryTest, IdleSessionEnds) {
+  NewSession s = MustSignIn(kViewerToken);
+  clock_.Advance(100);  // exactly the idle time: still alive
+  EXPECT_TRUE(WithCookie("GET", Cookie(s), "", Role::kViewer).ok());
+  clock_.Advance(101);  // the use above restarted the idle time
+  EXPECT_EQ(Via(Cookie(s)), "anonymous");
+  EXPECT_EQ(authorizer_.session_count(), 0u);
+}
+
+TEST_F(ExpiryTest, FailedWriteDoesNotKeepTheSessionAlive) {
+  NewSession s = MustSignIn(kOperatorToken);
+  clock_.Advance(90);
+  EXPECT_FALSE(WithCookie("POST", Cookie(s), "", Role::kOperator).ok());
+  clock_.Advance(20);
+  EXPECT_EQ(Via(Cookie(s)), "anonymous");
+}
+
+TEST_F(ExpiryTest, SessionEndsAtMaxAgeEvenWhenUsed) {
+  NewSession s = MustSignIn(kViewerToken);
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(50);  // 50 .. 250: used every 50 s
+    EXPECT_TRUE(WithCookie("GET", Cookie(s), "", Role::kViewer).ok()) << i;
+  }
+  clock_.Advance(1);  // 251 s after sign-in
+  EXPECT_EQ(Via(Cookie(s)), "anonymous");
+}
+
+TEST_F(ExpiryTest, SignInDropsExpiredSessions) {
+  MustSignIn(kViewerToken);
+  MustSignIn(kViewerToken);
+  clock_.Advance(101);
+  EXPECT_EQ(authorizer_.session_count(), 2u);  // dropped lazily
+  MustSignIn(kViewerToken);
+  EXPECT_EQ(authorizer_.session_count(), 1u);
+}
+
+TEST_F(WebSessionsTest, SignOutEndsOnlyThatSession) {
+  NewSession a = MustSignIn(kViewerToken);
+  NewSession b = MustSignIn(kViewerToken);
+  authorizer_.SignOut("theme=dark; " + Cookie(a));
+  EXPECT_EQ(Via(Cookie(a)), "anonymous");
+  EXPECT_TRUE(WithCookie("GET", Cookie(b), "", Role::kViewer).ok());
+  authorizer_.SignOut("");             // no cookie: no-op
+  authorizer_.SignOut("vigil_session=unknown");
+  EXPECT_EQ(authorizer_.session_count(), 1u);
+}
+
+class EvictionTest : public WebSessionsTest {
+ protected:
+  static WebSessionOptions Two() {
+    WebSessionOptions o;
+    o.max_sessions = 2;
+    return o;
+  }
+  EvictionTest() : WebSessionsTest(Two()) {}
+};
+
+TEST_F(EvictionTest, FullTableEndsTheLeastRecentlyUsed) {
+  NewSession a = MustSignIn(kViewerToken);
+  clock_.Advance(1);
+  NewSession b = MustSignIn(kViewerToken);
+  clock_.Advance(1);
+  ASSERT_TRUE(WithCookie("GET", Cookie(a), "", Role::kViewer).ok());  // a is newer now
+  clock_.Advance(1);
+  NewSession c = MustSignIn(kViewerToken);
+  EXPECT_EQ(authorizer_.session_count(), 2u);
+  EXPECT_TRUE(WithCookie("GET", Cookie(a), "", Role::kViewer).ok());
+  EXPECT_EQ(Via(Cookie(b)), "anonymous");
+  EXPECT_TRUE(WithCookie("GET", Cookie(c), "", Role::kViewer).ok());
+}
+
+TEST(AuthorizerWithoutAuthTest, EveryoneIsLocalAdminAndSignInFails) {
+  FakeClock clock;
+  RequestAuthorizer authorizer(nullptr, &clock);
+  absl::StatusOr<RequestIdentity> who =
+      authorizer.Authorize({"POST", "", "", ""}, Role::kAdmin);
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->who.role, Role::kAdmin);
+  EXPECT_EQ(authorizer.SignIn("x").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CookieValueTest, FindsTheNamedCookie) {
+  EXPECT_EQ(CookieValue("vigil_session=abc", "vigil_session"), "abc");
+  EXPECT_EQ(CookieValue("a=1; vigil_session=abc; b=2", "vigil_session"), "abc");
+  EXPECT_EQ(CookieValue("a=1;vigil_session=abc", "vigil_session"), "abc");
+  EXPECT_EQ(CookieValue("a=1;   vigil_session=abc;", "vigil_session"), "abc");
+  EXPECT_EQ(CookieValue("a=1; b=2", "vigil_session"), "");
+  EXPECT_EQ(CookieValue("", "vigil_session"), "");
+  EXPECT_EQ(CookieValue("vigil_session", "vigil_session"), "");
+  EXPECT_EQ(CookieValue("vigil_session=", "vigil_session"), "");
+  // Names that merely contain or start with it are other cookies.
+  EXPECT_EQ(CookieValue("xvigil_session=bad; vigil_session=good", "vigil_session"),
+            "good");
+  EXPECT_EQ(CookieValue("vigil_session_old=bad", "vigil_session"), "");
+  EXPECT_EQ(CookieValue("xvigil_session=bad", "vigil_session"), "");
+  // The value may hold '='.
+  EXPECT_EQ(CookieValue("t=a=b; vigil_session=c", "t"), "a=b");
+}
+
+}  // namespace
+}  // namespace vigil
+
+namespace vigil {
+namespace {
+
+// Tokens cannot be guessed at speed: after 10 failures in a minute an
+// address is refused (429) before its token is checked, even a right one;
+// other addresses still sign in, until everyone together failed 1,000 times.
+TEST_F(WebSessionsTest, FailedSignInsAreRateLimited) {
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(absl::IsUnauthenticated(
+        authorizer_.SignIn("guess-" + std::to_string(i), "10.0.0.9").status()));
+  }
+  absl::StatusOr<NewSession> refused = authorizer_.SignIn(kOperatorToken, "10.0.0.9");
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("from this address"), std::string::npos);
+  EXPECT_TRUE(authorizer_.SignIn(kOperatorToken, "10.0.0.10").ok());
+  clock_.Advance(61);
+  EXPECT_TRUE(authorizer_.SignIn(kOperatorToken, "10.0.0.9").ok());
+  // Many addresses together.
+  for (int i = 0; i < 1000; ++i)
+    (void)authorizer_.SignIn("guess", "10.1." + std::to_string(i / 8) + "." +
+                                          std::to_string(i % 8));
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      authorizer_.SignIn(kOperatorToken, "10.2.0.1").status()));
+}
+
+}  // namespace
+}  // namespace vigil

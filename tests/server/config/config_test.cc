@@ -1,0 +1,190 @@
+#include "server/config/config.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace vigil {
+namespace {
+
+TEST(ConfigTest, EmptyObjectKeepsDefaults) {
+  ServerOptions options;
+  ASSERT_TRUE(ParseServerConfig("{}", &options).ok());
+  EXPECT_EQ(options.raw_retention_seconds, 7 * 86400.0);
+  EXPECT_EQ(options.max_future_skew_seconds, 300);
+  EXPECT_EQ(options.max_message_bytes, 4 << 20);
+  EXPECT_FALSE(options.memory);
+}
+
+TEST(ConfigTest, AppliesEveryKey) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({
+    "data_dir": "/var/lib/vigil", "memory": true,
+    "grpc_listen": "0.0.0.0:7000", "http_listen": "127.0.0.1:9000",
+    "web_dir": "/usr/share/vigil/web",
+    "storage": {"raw_retention_days": 2, "rollup_retention_days": 30,
+                "sync_frame_log": true, "block_samples": 100,
+                "block_seconds": 600, "max_series": 5000,
+                "frame_log_checkpoint_mb": 8},
+    "ingest": {"max_future_skew_seconds": 60, "max_message_mb": 2},
+    "http": {"max_points": 1000, "threads": 3}})",
+                                     &options);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(options.data_dir, "/var/lib/vigil");
+  EXPECT_TRUE(options.memory);
+  EXPECT_EQ(options.grpc_listen, "0.0.0.0:7000");
+  EXPECT_EQ(options.http_listen, "127.0.0.1:9000");
+  EXPECT_EQ(options.web_dir, "/usr/share/vigil/web");
+  EXPECT_EQ(options.raw_retention_seconds, 2 * 86400.0);
+  EXPECT_EQ(options.rollup_retention_seconds, 30 * 86400.0);
+  EXPECT_TRUE(options.sync_frame_log);
+  EXPECT_EQ(options.block_samples, 100u);
+  EXPECT_EQ(options.block_seconds, 600);
+  EXPECT_EQ(options.max_series, 5000u);
+  EXPECT_EQ(options.frame_log_checkpoint_bytes, 8u << 20);
+  EXPECT_EQ(options.max_future_skew_seconds, 60);
+  EXPECT_EQ(options.max_message_bytes, 2 << 20);
+  EXPECT_EQ(options.max_query_points, 1000u);
+  EXPECT_EQ(options.http_threads, 3);
+}
+
+TEST(ConfigTest, DetectionKeys) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({"detection": {
+    "enabled": false, "snapshot_seconds": 30, "scheduler_poll_seconds": 5,
+    "await_scheduler_seconds": 10, "restart_resolve_seconds": 600}})",
+                                     &options);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(options.detection_enabled);
+  EXPECT_EQ(options.detection_snapshot_seconds, 30);
+  EXPECT_EQ(options.scheduler_poll_seconds, 5);
+  EXPECT_EQ(options.await_scheduler_seconds, 10);
+  EXPECT_EQ(options.restart_resolve_seconds, 600);
+  s = ParseServerConfig(R"({"detection": {"restart_resolve_seconds": 0}})", &options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("detection.restart_resolve_seconds"),
+            std::string::npos)
+      << s;
+}
+
+TEST(ConfigTest, ReportsEveryErrorWithItsPath) {
+  ServerOptions options;
+  options.data_dir = "/keep";
+  absl::Status s = ParseServerConfig(R"({
+    "data_dir": 5, "colour": "blue",
+    "storage": {"raw_retention_days": -1, "block_samples": 1.5,
+                "sync_frame_log": "yes", "bogus": 1},
+    "ingest": {"max_future_skew_seconds": "300"},
+    "http": []})",
+                                     &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::string> lines = absl::StrSplit(s.message(), '\n');
+  std::vector<std::string> paths;
+  for (const std::string& line : lines) {
+    paths.push_back(line.substr(0, line.find(':')));
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{
+                       "colour", "data_dir", "storage.bogus",
+                       "storage.raw_retention_days", "storage.sync_frame_log",
+                       "storage.block_samples",
+                       "ingest.max_future_skew_seconds", "http"}))
+      << s.message();
+  EXPECT_EQ(options.data_dir, "/keep") << "options untouched on error";
+}
+
+TEST(ConfigTest, TrustedProxiesAreCheckedWhenParsed) {
+  ServerOptions options;
+  ASSERT_TRUE(ParseServerConfig(R"({"http": {"trusted_proxies": ["10.0.0.0/8", "::1"]}})",
+                                &options)
+                  .ok());
+  EXPECT_EQ(options.http_trusted_proxies, (std::vector<std::string>{"10.0.0.0/8", "::1"}));
+  absl::Status s = ParseServerConfig(
+      R"({"http": {"trusted_proxies": ["10.0.0.0/40", 7, "proxy.example"]}})", &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("http.trusted_proxies[0]: trusted proxy \"10.0.0.0/40\": prefix"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("http.trusted_proxies[1]: must be a string"), std::string::npos);
+  EXPECT_NE(s.message().find("http.trusted_proxies[2]"), std::string::npos);
+  EXPECT_FALSE(ParseServerConfig(R"({"http": {"trusted_proxies": "10.0.0.1"}})", &options).ok());
+}
+
+TEST(ConfigTest, SyntaxErrorIsReported) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig("{\"memory\": tru}", &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not valid JSON"), std::string::npos);
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  ServerOptions options;
+  EXPECT_EQ(LoadServerConfigFile("/nonexistent/vigil.json", &options).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ConfigTest, ValidateRequiresDataDirAndAddresses) {
+  ServerOptions options;
+  options.grpc_listen = "nohost";
+  options.http_listen = "127.0.0.1:99999";
+  absl::Status s = ValidateServerOptions(options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("data_dir:"), std::string::npos);
+  EXPECT_NE(s.message().find("grpc_listen:"), std::string::npos);
+  EXPECT_NE(s.message().find("http_listen:"), std::string::npos);
+  options.memory = true;
+  options.grpc_listen = "127.0.0.1:0";
+  options.http_listen = "[::1]:8080";
+  options.grpc_insecure = true;
+  EXPECT_TRUE(ValidateServerOptions(options).ok());
+}
+
+}  // namespace
+}  // namespace vigil
+
+namespace vigil {
+namespace {
+
+TEST(EscalationConfigSectionsTest, ShippedExampleLoads) {
+  ServerOptions options;
+  absl::Status s = LoadServerConfigFile(
+      std::string(VIGIL_SOURCE_DIR) + "/deploy/examples/vigil-escalation.json", &options);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(options.auth.anonymous_read);
+  ASSERT_EQ(options.auth.tokens.size(), 3u);
+  EXPECT_EQ(options.auth.tokens[1].role, Role::kOperator);
+  EXPECT_EQ(options.notifications.receivers.size(), 11u);
+  EXPECT_TRUE(options.notifications.channels.at("sms").failover);
+  EXPECT_EQ(options.notifications.channels.at("im").receivers.size(), 4u);
+  EXPECT_EQ(options.escalation.schedules.size(), 2u);
+  EXPECT_EQ(options.actuator.secret_file, "/etc/vigil/actuator.secret");
+}
+
+TEST(EscalationConfigSectionsTest, ReportsEveryErrorWithItsPath) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({
+    "auth": {"tokens": [{"name": "", "role": "god", "sha256": "abc"}], "x": 1},
+    "escalation": {"policies": {"P0": {"steps": [{"targets": ["user:nobody"], "channels": ["fax"]}]}}},
+    "notifications": {"receivers": [{"name": "s", "type": "slack", "settings": {}},
+                                    {"name": "s", "type": "pigeon"}],
+                      "channels": {"im": {"receivers": ["s", "missing"]}, "telex": {}}},
+    "actuator": {"url": 7}
+  })", &options);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  const std::string m(s.message());
+  for (const char* expected :
+       {"auth.x: unknown key", "auth.tokens[0].name: required",
+        "auth.tokens[0].role: must be viewer, operator or admin",
+        "auth.tokens[0].sha256: must be the 64 hex digits",
+        "escalation: policies.P0.steps[0]", "notifications.receivers[0]",
+        "notifications.receivers[1].name: duplicate receiver \"s\"",
+        "notifications.channels.im.receivers: unknown receiver \"missing\"",
+        "notifications.channels.telex: unknown key", "actuator.url: must be a string"}) {
+    EXPECT_NE(m.find(expected), std::string::npos) << expected << " not in:\n" << m;
+  }
+  EXPECT_TRUE(options.notifications.receivers.empty());
+}
+
+}  // namespace
+}  // namespace vigil

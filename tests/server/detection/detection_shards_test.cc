@@ -1,0 +1,216 @@
+// Detection split into shards by job family, run by the frame workers:
+// routing is stable and keeps families together, incident ids stay unique
+// across shards, snapshots are per shard, a node that moves to a job of
+// another shard is not silent in the one it left, and the ack of a batch
+// waits until its frames were detected.
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/detection/detection_service.h"
+#include "storage/series_store.h"
+#include "tests/server/http_client.h"
+#include "tests/server/test_server.h"
+
+namespace vigil::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr double kT0 = 1764000000;
+
+// Two jobs (not of one family) that a service of `shards` shards watches
+// in different shards.
+std::pair<std::string, std::string> JobsOnTwoShards(const DetectionService& d) {
+  const std::string first = "alpha";
+  for (int i = 0; i < 100; ++i) {
+    const std::string other = absl::StrCat("job", i);
+    if (d.ShardOf(other) != d.ShardOf(first)) return {first, other};
+  }
+  ADD_FAILURE() << "no two jobs on different shards";
+  return {first, first};
+}
+
+class DetectionShardsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions so;
+    so.clock = &clock_;
+    store_ = NewMemoryStore(so);
+  }
+
+  std::unique_ptr<DetectionService> Service(int shards) {
+    DetectionOptions o;
+    o.store = store_.get();
+    o.clock = &clock_;
+    o.snapshot_seconds = 0;
+    o.shards = shards;
+    auto d = std::make_unique<DetectionService>(o);
+    EXPECT_TRUE(d->Start().ok());
+    return d;
+  }
+
+  // One frame of `node` in `job` with GPU 0's DBE counter at `dbe`.
+  void Frame(DetectionService& d, const std::string& job,
+             const std::string& node, int64_t step, double dbe) {
+    SeriesKey key{"gpu_ecc_dbe_total", {{"gpu", "0"}, {"job", job}, {"node", node}}};
+    absl::StatusOr<SeriesId> id = store_->Resolve(key);
+    ASSERT_TRUE(id.ok()) << id.status();
+    const uint32_t ids[] = {*id};
+    const double values[] = {dbe};
+    FrameView f;
+    f.node = node;
+    f.job = job;
+    f.step = step;
+    f.ts = clock_.Now();
+    f.ids = ids;
+    f.values = values;
+    d.OnFrame(f);
+  }
+
+  // Five healthy seconds: node n1 in job `a`, n2 in job `b`.
+  void HealthyFrames(DetectionService& d, const std::string& a,
+                     const std::string& b) {
+    for (int s = 0; s < 5; ++s) {
+      Frame(d, a, "n1", s, 0);
+      Frame(d, b, "n2", s, 0);
+      clock_.Advance(1);
+    }
+  }
+
+  FakeClock clock_{kT0};
+  std::unique_ptr<SeriesStore> store_;
+};
+
+TEST_F(DetectionShardsTest, JobsKeepTheirShardAndFamiliesStayTogether) {
+  auto d = Service(4);
+  auto again = Service(4);
+  std::set<int> used;
+  for (int i = 0; i < 40; ++i) {
+    const std::string job = absl::StrCat("job", i);
+    ASSERT_GE(d->ShardOf(job), 0);
+    ASSERT_LT(d->ShardOf(job), 4);
+    EXPECT_EQ(d->ShardOf(job), again->ShardOf(job)) << job;
+    used.insert(d->ShardOf(job));
+    // Every run of a family, in one shard (their profiles are shared).
+    EXPECT_EQ(d->ShardOf(job + "-run2"), d->ShardOf(job + "-r7")) << job;
+  }
+  EXPECT_GE(used.size(), 3u);
+  EXPECT_EQ(Service(1)->ShardOf("anything"), 0);
+}
+
+TEST_F(DetectionShardsTest, IncidentsOfDifferentShardsGetDistinctIds) {
+  auto d = Service(2);
+  const auto [a, b] = JobsOnTwoShards(*d);
+  HealthyFrames(*d, a, b);
+  // Each shard's engine opens its first incident: both are inc-000001
+  // inside their engines, and must not share the server's id.
+  Frame(*d, a, "n1", 5, 1);
+  Frame(*d, b, "n2", 5, 1);
+  IncidentFilter all;
+  std::vector<Json> list = d->ListIncidents(all);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_NE(list[0]["id"], list[1]["id"]);
+  std::set<std::string> jobs = {list[0]["job"].get<std::string>(),
+                                list[1]["job"].get<std::string>()};
+  EXPECT_EQ(jobs, (std::set<std::string>{a, b}));
+  d->Stop();
+}
+
+TEST_F(DetectionShardsTest, SnapshotsArePerShardAndNeedTheSameCount) {
+  {
+    auto d = Service(2);
+    const auto [a, b] = JobsOnTwoShards(*d);
+    HealthyFrames(*d, a, b);
+    ASSERT_TRUE(d->Snapshot().ok());
+    d->Stop();
+  }
+  EXPECT_TRUE(store_->GetState("detection/0-of-2").ok());
+  EXPECT_TRUE(store_->GetState("detection/1-of-2").ok());
+  EXPECT_TRUE(Service(2)->counters().restored);
+  // Another count splits jobs differently: it learns afresh.
+  EXPECT_FALSE(Service(3)->counters().restored);
+}
+
+// A node implicated in faults of three jobs is a repeat offender even when
+// the jobs are watched by different shards.
+TEST_F(DetectionShardsTest, RepeatOffendersAreFoundAcrossShards) {
+  auto d = Service(2);
+  const auto [a, b] = JobsOnTwoShards(*d);
+  std::string c;  // a third job, on a's shard
+  for (int i = 100; c.empty(); ++i) {
+    const std::string job = absl::StrCat("job", i);
+    if (d->ShardOf(job) == d->ShardOf(a) && job != a) c = job;
+  }
+  int64_t step = 0;
+  for (const std::string& job : {a, b, c}) {
+    for (int s = 0; s < 5; ++s, ++step) {
+      Frame(*d, job, "n9", step, 0);
+      clock_.Advance(1);
+    }
+    Frame(*d, job, "n9", step++, 1);  // an ECC double-bit error
+    clock_.Advance(1);
+  }
+  IncidentFilter all;
+  int offenders = 0;
+  for (const Json& i : d->ListIncidents(all)) offenders += i["kind"] == "lemon_node";
+  EXPECT_EQ(offenders, 1) << "incidents: " << Json(d->ListIncidents(all)).dump(1);
+  d->Stop();
+}
+
+// End to end through vigil-server with two frame workers.
+class Node {
+ public:
+  Node(TestServer& t, const std::string& name) : t_(t), client_(t.server.grpc_port()) {
+    client_.Open();
+    v1::FrameBatch hello = Batch(++seq_, name, "a");
+    *hello.add_series() = Def(1, "gpu_power_watts", {{"gpu", "0"}});
+    *hello.add_series() = Def(2, "train_loss", {});
+    EXPECT_TRUE(client_.Send(hello).has_value());
+  }
+  // One training frame of `job`; acked only once detection has seen it.
+  void Send(const std::string& job) {
+    v1::FrameBatch batch = Batch(++seq_);
+    v1::Frame frame = Frame(job, t_.clock.Now(), {1, 2}, {400, 2.5});
+    frame.set_step(step_++);
+    *batch.add_frames() = frame;
+    EXPECT_TRUE(client_.Send(batch).has_value());
+  }
+
+ private:
+  TestServer& t_;
+  IngestClient client_;
+  uint64_t seq_ = 0;
+  int64_t step_ = 0;
+};
+
+TEST(DetectionShardsServerTest, ANodeMovingToAnotherShardsJobIsNotSilent) {
+  ServerOptions options = TestOptions();
+  options.detection_workers = 2;
+  TestServer t(options);
+  const auto [a, b] = JobsOnTwoShards(*t.server.detection());
+  Node n1(t, "n1"), n2(t, "n2");
+  for (int i = 0; i < 20; ++i) {
+    n1.Send(a);
+    n2.Send(a);
+    t.clock.Advance(1);
+  }
+  // n1 goes on in job b (another shard, another worker); n2 stays in a.
+  for (int i = 0; i < 60; ++i) {
+    n1.Send(b);
+    n2.Send(a);
+    t.clock.Advance(1);
+  }
+  t.server.detection()->AdvanceTime(t.clock.Now());
+  const HttpResult r = HttpGet(t.server.http_port(), "/api/v1/incidents?severity=P0");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(Json::parse(r.body)["incidents"].size(), 0u)
+      << "job " << a << " shard took n1 for silent: " << r.body;
+  EXPECT_GT(t.server.detection()->counters().frames, 0u);
+}
+
+}  // namespace
+}  // namespace vigil::testing
