@@ -25,14 +25,15 @@ while read -r part allowed; do
 done <<'PARTS'
 watchdog     -
 remote_write frame_observer
-config       watchdog|remote_write
-ingest       config|frame_observer
+cluster      -
+config       watchdog|remote_write|cluster
+ingest       config|cluster|frame_observer
 fleet        config|frame_observer
 detection    fleet|frame_observer
 health       -
 delivery     -
 escalation   config|delivery|detection|fleet
-api          config|ingest|detection|fleet|escalation
+api          config|cluster|ingest|detection|fleet|escalation
 replay       -
 PARTS
 # Every server source file lives in a part's folder, except the wiring and

@@ -1,0 +1,26 @@
+// The "cluster" section of the server config.
+#include "server/cluster/cluster_config.h"
+
+namespace vigil::cluster {
+
+void ParseClusterSection(const nlohmann::json& section, JsonConfigReader& r,
+                         std::optional<ClusterOptions>* out) {
+  const std::string path = "cluster";
+  if (!r.CheckObject(section, path,
+                     {"etcd_endpoints", "prefix", "shard", "replica", "advertise_grpc",
+                      "advertise_http", "lease_seconds", "poll_seconds"})) {
+    return;
+  }
+  ClusterOptions o;
+  r.StringList(section, path, "etcd_endpoints", &o.etcd_endpoints);
+  r.String(section, path, "prefix", &o.prefix);
+  r.String(section, path, "shard", &o.shard);
+  r.String(section, path, "replica", &o.replica);
+  r.String(section, path, "advertise_grpc", &o.advertise_grpc);
+  r.String(section, path, "advertise_http", &o.advertise_http);
+  r.Integer(section, path, "lease_seconds", 2, 60, 1, &o.lease_seconds);
+  r.Positive(section, path, "poll_seconds", 1, 20, &o.poll_seconds);
+  *out = std::move(o);
+}
+
+}  // namespace vigil::cluster

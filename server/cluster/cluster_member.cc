@@ -1,0 +1,306 @@
+#include "server/cluster/cluster_member.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace vigil::cluster {
+namespace {
+
+// Members expire this long before etcd would let the standby win.
+constexpr double kLeaderMarginSeconds = 1.0;
+// Page marks outlive any escalation that could still repeat them.
+// Each mark lives at least a day: a new marks lease is taken every hour.
+constexpr int kMarksLeaseSeconds = 25 * 3600;
+constexpr double kMarksLeaseRotateSeconds = 3600;
+
+bool ViewsDiffer(const ClusterView& a, const ClusterView& b) {
+  return !(a.map == b.map) || a.registered != b.registered ||
+         a.shard_leader != b.shard_leader || a.fleet_leader != b.fleet_leader ||
+         a.shard_leader_replica != b.shard_leader_replica;
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name) {
+    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+          c == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status ValidateClusterOptions(const ClusterOptions& options) {
+  if (options.etcd_endpoints.empty()) {
+    return absl::InvalidArgumentError("cluster.etcd_endpoints: at least one etcd URL is required");
+  }
+  for (const std::string& endpoint : options.etcd_endpoints) {
+    if (!absl::StartsWith(endpoint, "http://")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cluster.etcd_endpoints: '", endpoint, "' is not an http:// URL"));
+    }
+  }
+  if (options.prefix.empty() || options.prefix.front() != '/') {
+    return absl::InvalidArgumentError("cluster.prefix must start with '/'");
+  }
+  if (!ValidName(options.shard)) {
+    return absl::InvalidArgumentError(
+        "cluster.shard (--shard) must be 1-63 letters, digits, '-', '_' or '.'");
+  }
+  if (options.shard.front() == '_') {
+    return absl::InvalidArgumentError("cluster.shard must not start with '_' (reserved)");
+  }
+  if (!ValidName(options.replica)) {
+    return absl::InvalidArgumentError(
+        "cluster.replica (--replica) must be 1-63 letters, digits, '-', '_' or '.'");
+  }
+  if (options.advertise_grpc.empty() || options.advertise_grpc.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "cluster.advertise_grpc (--advertise-grpc) must be the host:port agents reach this "
+        "server at");
+  }
+  if (!absl::StartsWith(options.advertise_http, "http://") &&
+      !absl::StartsWith(options.advertise_http, "https://")) {
+    return absl::InvalidArgumentError(
+        "cluster.advertise_http (--advertise-http) must be the http(s):// URL of this server's "
+        "API");
+  }
+  if (options.lease_seconds < 2 || options.lease_seconds > 60) {
+    return absl::InvalidArgumentError("cluster.lease_seconds must be within [2, 60]");
+  }
+  if (!(options.poll_seconds > 0) || options.poll_seconds * 3 > options.lease_seconds) {
+    return absl::InvalidArgumentError(
+        "cluster.poll_seconds must be > 0 and at most a third of lease_seconds");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ClusterMember>> ClusterMember::Create(ClusterOptions options,
+                                                                     Clock* clock) {
+  if (absl::Status valid = ValidateClusterOptions(options); !valid.ok()) return valid;
+  absl::StatusOr<std::unique_ptr<EtcdClient>> etcd =
+      EtcdClient::Create(options.etcd_endpoints, /*timeout_seconds=*/
+                         std::max(0.5, options.lease_seconds / 4.0));
+  if (!etcd.ok()) return etcd.status();
+  return std::unique_ptr<ClusterMember>(
+      new ClusterMember(std::move(options), std::move(*etcd), clock));
+}
+
+ClusterMember::ClusterMember(ClusterOptions options, std::unique_ptr<EtcdClient> etcd,
+                             Clock* clock)
+    : options_(std::move(options)),
+      etcd_(std::move(etcd)),
+      clock_(clock),
+      id_(absl::StrCat(options_.shard, "/", options_.replica)) {}
+
+ClusterMember::~ClusterMember() { Stop(); }
+
+void ClusterMember::AddListener(std::function<void(const ClusterView&)> listener) {
+  listeners_.push_back(std::move(listener));
+}
+
+std::string ClusterMember::Key(std::string_view suffix) const {
+  return absl::StrCat(options_.prefix, "/", std::string(suffix));
+}
+
+Member ClusterMember::self() const {
+  return Member{options_.shard, options_.replica, options_.advertise_grpc,
+                options_.advertise_http};
+}
+
+void ClusterMember::Start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ClusterMember::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Hand over at once instead of after the lease: the standby polls.
+  if (lease_ != 0) {
+    (void)etcd_->DeleteIfValue(Key(absl::StrCat("leaders/", options_.shard)), id_);
+    (void)etcd_->DeleteIfValue(Key("leaders/_fleet"), id_);
+    (void)etcd_->RevokeLease(lease_);
+    lease_ = 0;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  view_.shard_leader = view_.fleet_leader = view_.registered = false;
+}
+
+void ClusterMember::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    ClusterView next = Round();
+    lock.lock();
+    const bool changed = ViewsDiffer(next, view_);
+    view_ = next;
+    leader_until_ = last_renewal_ + options_.lease_seconds - kLeaderMarginSeconds;
+    if (changed) {
+      const ClusterView snapshot = view_;
+      lock.unlock();
+      for (const auto& listener : listeners_) listener(snapshot);
+      lock.lock();
+    }
+    if (stop_) break;
+    clock_->WaitUntil(lock, cv_, clock_->Now() + options_.poll_seconds);
+  }
+}
+
+bool ClusterMember::Leads(const std::string& key, const std::string& value,
+                          ClusterView* view) {
+  absl::StatusOr<std::optional<KeyValue>> claim = etcd_->Get(key);
+  if (!claim.ok()) {
+    view->last_error = std::string(claim.status().message());
+    return false;
+  }
+  if (!claim->has_value()) {
+    absl::StatusOr<bool> won = etcd_->CreateIfAbsent(key, value, lease_);
+    if (!won.ok()) {
+      view->last_error = std::string(won.status().message());
+      return false;
+    }
+    if (*won) {
+      std::fprintf(stderr, "vigil-server: cluster: %s now leads %s\n", id_.c_str(), key.c_str());
+    }
+    return *won;
+  }
+  return (*claim)->value == value && (*claim)->lease == lease_;
+}
+
+ClusterView ClusterMember::Round() {
+  ClusterView view;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    view = view_;
+  }
+  view.last_error.clear();
+  const double now = clock_->Now();
+  // Renew (or register after a loss).
+  if (lease_ != 0 && now - last_renewal_ >= options_.lease_seconds / 3.0) {
+    absl::StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_);
+    if (ttl.ok()) {
+      last_renewal_ = now;
+    } else if (absl::IsNotFound(ttl.status())) {
+      std::fprintf(stderr, "vigil-server: cluster: lease lost (%s); registering again\n",
+                   std::string(ttl.status().message()).c_str());
+      lease_ = 0;
+    } else {
+      view.last_error = std::string(ttl.status().message());
+    }
+  }
+  if (lease_ == 0) {
+    view.registered = false;
+    absl::StatusOr<int64_t> lease = etcd_->GrantLease(options_.lease_seconds);
+    if (lease.ok()) {
+      absl::Status put = etcd_->Put(
+          Key(absl::StrCat("members/", options_.shard, "/", options_.replica)),
+          EncodeMember(self()), *lease);
+      if (put.ok()) {
+        lease_ = *lease;
+        last_renewal_ = now;
+      } else {
+        (void)etcd_->RevokeLease(*lease);
+        view.last_error = std::string(put.message());
+      }
+    } else {
+      view.last_error = std::string(lease.status().message());
+    }
+  }
+  const bool renewed = lease_ != 0 && now - last_renewal_ < options_.lease_seconds -
+                                                              kLeaderMarginSeconds;
+  view.registered = lease_ != 0;
+  if (!renewed) {
+    // Cannot prove our lease is alive: lead nothing (the standby may have
+    // the shard already), keep the last map we read.
+    view.shard_leader = view.fleet_leader = false;
+    return view;
+  }
+  absl::StatusOr<std::vector<KeyValue>> records = etcd_->GetPrefix(Key("members/"));
+  if (records.ok()) {
+    std::vector<Member> members;
+    for (const KeyValue& record : *records) {
+      absl::StatusOr<Member> member = DecodeMember(record.value);
+      if (member.ok()) members.push_back(std::move(*member));
+    }
+    view.map = ShardMap(std::move(members));
+  } else {
+    view.last_error = std::string(records.status().message());
+  }
+  const std::string shard_key = Key(absl::StrCat("leaders/", options_.shard));
+  view.shard_leader = Leads(shard_key, id_, &view);
+  if (view.shard_leader) {
+    view.shard_leader_replica = options_.replica;
+  } else if (absl::StatusOr<std::optional<KeyValue>> claim = etcd_->Get(shard_key);
+             claim.ok()) {
+    view.shard_leader_replica = "";
+    if (claim->has_value()) {
+      std::string_view value = (*claim)->value;
+      const size_t slash = value.rfind('/');
+      view.shard_leader_replica =
+          std::string(slash == std::string_view::npos ? value : value.substr(slash + 1));
+    }
+  }
+  view.fleet_leader = Leads(Key("leaders/_fleet"), id_, &view);
+  return view;
+}
+
+ClusterView ClusterMember::view() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_;
+}
+
+bool ClusterMember::IsShardLeader() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_.shard_leader && clock_->Now() < leader_until_;
+}
+
+bool ClusterMember::IsFleetLeader() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_.fleet_leader && clock_->Now() < leader_until_;
+}
+
+absl::Status ClusterMember::MarkPaged(const std::string& key) {
+  int64_t lease = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (clock_->Now() - marks_lease_granted_ < kMarksLeaseRotateSeconds) lease = marks_lease_;
+  }
+  const std::string mark = Key(absl::StrCat("pages/", options_.shard, "/", key));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (lease == 0) {
+      absl::StatusOr<int64_t> granted = etcd_->GrantLease(kMarksLeaseSeconds);
+      if (!granted.ok()) return granted.status();
+      lease = *granted;
+      std::lock_guard<std::mutex> lock(mu_);
+      marks_lease_ = lease;
+      marks_lease_granted_ = clock_->Now();
+    }
+    absl::Status put = etcd_->Put(mark, options_.replica, lease);
+    if (!absl::IsNotFound(put)) return put;
+    lease = 0;  // the day's lease ran out: take a new one
+  }
+  return absl::UnavailableError("could not keep a lease for page marks");
+}
+
+absl::StatusOr<absl::flat_hash_set<std::string>> ClusterMember::PagedKeys() {
+  const std::string prefix = Key(absl::StrCat("pages/", options_.shard, "/"));
+  absl::StatusOr<std::vector<KeyValue>> marks = etcd_->GetPrefix(prefix);
+  if (!marks.ok()) return marks.status();
+  absl::flat_hash_set<std::string> keys;
+  for (const KeyValue& mark : *marks) keys.insert(mark.key.substr(prefix.size()));
+  return keys;
+}
+
+}  // namespace vigil::cluster

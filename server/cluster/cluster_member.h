@@ -1,0 +1,130 @@
+// This server's place in a Vigil cluster: it registers itself in etcd under
+// a lease, watches the other members to know the shard map, and competes
+// for its shard's leadership (only the leader pages and acts) and for the
+// fleet leadership (what spans jobs). See docs/SCALING.md.
+#ifndef VIGIL_SERVER_CLUSTER_CLUSTER_MEMBER_H_
+#define VIGIL_SERVER_CLUSTER_CLUSTER_MEMBER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "nlohmann/json.hpp"
+#include "server/cluster/etcd_client.h"
+#include "server/cluster/shard_map.h"
+
+namespace vigil::cluster {
+
+// The "cluster" section of the server's configuration; its presence turns
+// cluster mode on.
+struct ClusterOptions {
+  std::vector<std::string> etcd_endpoints;  // http:// URLs; required
+  std::string prefix = "/vigil";            // every key lives under it
+  std::string shard;                        // the pair this server belongs to
+  std::string replica;                      // its name within the pair
+  std::string advertise_grpc;               // host:port agents reach it at
+  std::string advertise_http;               // base URL of its HTTP API
+  // The member lease: a server that stops renewing it leaves the map and
+  // loses its leaderships this long after its last renewal.
+  int lease_seconds = 5;
+  // How often membership and leadership are read (and the lease renewed).
+  double poll_seconds = 1.0;
+};
+
+// kInvalidArgument naming the field when `options` cannot be used.
+absl::Status ValidateClusterOptions(const ClusterOptions& options);
+
+// What the member knows, for /api/v1/cluster and logs.
+struct ClusterView {
+  ShardMap map;
+  bool registered = false;     // our member key is in etcd
+  bool shard_leader = false;   // we page and act for our shard
+  bool fleet_leader = false;   // we run what spans jobs
+  std::string shard_leader_replica;  // who leads our shard ("" = nobody)
+  std::string last_error;      // the last etcd failure, "" after a success
+};
+
+class ClusterMember {
+ public:
+  // kInvalidArgument for bad options. `clock` (not owned) times lease
+  // renewals and leadership expiry; it must outlive the member.
+  static absl::StatusOr<std::unique_ptr<ClusterMember>> Create(ClusterOptions options,
+                                                               Clock* clock = RealClock());
+  ~ClusterMember();
+  ClusterMember(const ClusterMember&) = delete;
+  ClusterMember& operator=(const ClusterMember&) = delete;
+
+  // Calls `listener` (on the member's thread) after every change of the map
+  // or of a leadership. Add listeners before Start.
+  void AddListener(std::function<void(const ClusterView&)> listener);
+
+  // Starts the member's thread: registers, renews, reads the map, competes
+  // for leadership. etcd being down is not an error: the member keeps
+  // trying, and meanwhile owns nothing and leads nothing.
+  void Start();
+  // Steps down (deletes its leader claims, revokes its lease so that the
+  // standby takes over at once) and joins the thread. Idempotent.
+  void Stop();
+
+  // A snapshot of what the member knows.
+  ClusterView view() const;
+  // True while this server leads its shard. Leadership ends locally
+  // lease_seconds - 1 after the last successful renewal, before etcd can
+  // give it to the standby, so two members never both believe they lead.
+  bool IsShardLeader() const;
+  bool IsFleetLeader() const;
+  const ClusterOptions& options() const { return options_; }
+  // This member as it registered.
+  Member self() const;
+
+  // Records that the page with idempotency key `key` was handed to this
+  // server's outbox (kept a day), so a standby taking over does not send
+  // it again. Errors: the etcd client's.
+  absl::Status MarkPaged(const std::string& key);
+  // Every page key this shard's leaders marked (read at takeover).
+  absl::StatusOr<absl::flat_hash_set<std::string>> PagedKeys();
+
+  // The etcd client, for other fleet-wide state.
+  EtcdClient& etcd() { return *etcd_; }
+
+ private:
+  ClusterMember(ClusterOptions options, std::unique_ptr<EtcdClient> etcd, Clock* clock);
+  void Loop();
+  // One round: renew or register, read the map, compete; returns the view.
+  ClusterView Round();
+  bool Leads(const std::string& key, const std::string& value, ClusterView* view);
+  std::string Key(std::string_view suffix) const;
+
+  const ClusterOptions options_;
+  const std::unique_ptr<EtcdClient> etcd_;
+  Clock* const clock_;
+  const std::string id_;  // "shard/replica"
+
+  // Loop state (member thread only, except in Stop after the join).
+  int64_t lease_ = 0;
+  double last_renewal_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  ClusterView view_ ABSL_GUARDED_BY(mu_);
+  double leader_until_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t marks_lease_ ABSL_GUARDED_BY(mu_) = 0;
+  double marks_lease_granted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::function<void(const ClusterView&)>> listeners_;
+  std::thread thread_;
+};
+
+}  // namespace vigil::cluster
+
+#endif  // VIGIL_SERVER_CLUSTER_CLUSTER_MEMBER_H_

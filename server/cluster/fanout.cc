@@ -1,0 +1,62 @@
+#include "server/cluster/fanout.h"
+
+#include <future>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace vigil::cluster {
+namespace {
+
+ShardReply AskShard(const std::string& shard, const std::vector<Member>& members,
+                    const std::string& path_and_query, const std::string& authorization,
+                    Transport& transport, double timeout_seconds) {
+  ShardReply reply;
+  reply.shard = shard;
+  reply.error = "no live member";
+  for (const Member& member : members) {
+    OutboundRequest request;
+    request.method = "GET";
+    request.url = absl::StrCat(member.http, path_and_query);
+    if (!authorization.empty()) request.headers.emplace_back("Authorization", authorization);
+    reply.member = member.replica;
+    const TransportResult result = transport.Send(request, timeout_seconds);
+    if (result.http_status != 200) {
+      reply.error = result.http_status == 0
+                        ? absl::StrCat(member.replica, ": ", result.error)
+                        : absl::StrCat(member.replica, ": HTTP ", result.http_status);
+      continue;
+    }
+    nlohmann::json body = nlohmann::json::parse(result.body, nullptr, false);
+    if (!body.is_object()) {
+      reply.error = absl::StrCat(member.replica, ": answer is not a JSON object");
+      continue;
+    }
+    reply.ok = true;
+    reply.error.clear();
+    reply.body = std::move(body);
+    return reply;
+  }
+  return reply;
+}
+
+}  // namespace
+
+std::vector<ShardReply> FanOut(const ShardMap& map, const std::string& self_shard,
+                               const std::string& path_and_query,
+                               const std::string& authorization, Transport& transport,
+                               double timeout_seconds) {
+  std::vector<std::future<ShardReply>> pending;
+  for (const std::string& shard : map.shards()) {
+    if (shard == self_shard) continue;
+    pending.push_back(std::async(std::launch::async, [&, shard] {
+      return AskShard(shard, map.MembersOf(shard), path_and_query, authorization, transport,
+                      timeout_seconds);
+    }));
+  }
+  std::vector<ShardReply> replies;
+  for (auto& reply : pending) replies.push_back(reply.get());
+  return replies;
+}
+
+}  // namespace vigil::cluster
