@@ -167,9 +167,12 @@ absl::Status EnableOnlyCollectors(std::string_view list, AgentConfig* config) {
 
 absl::Status ValidateAgentConfig(const AgentConfig& config) {
   if (config.server.empty()) return absl::InvalidArgumentError("no server set");
-  if (!IsHostPort(config.server)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("server \"", config.server, "\" is not HOST:PORT"));
+  for (absl::string_view server : absl::StrSplit(config.server, ',')) {
+    if (!IsHostPort(std::string(server))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server \"", config.server, "\" is not HOST:PORT (or, for a cluster, several "
+          "HOST:PORT separated by commas)"));
+    }
   }
   if (config.node.empty()) return absl::InvalidArgumentError("no node name");
   if (absl::Status s = ValidateLabelValue("node", config.node); !s.ok())

@@ -78,7 +78,9 @@ struct TrainingConfig {
 
 // Everything vigil-agent is configured with.
 struct AgentConfig {
-  // Server address, HOST:PORT. Required.
+  // Server address, HOST:PORT. Required. For a cluster (docs/SCALING.md),
+  // any of its servers, or several separated by commas: the agent asks
+  // them who owns its job and streams to both servers of that shard.
   std::string server;
   // Node name; empty: the host name up to its first dot.
   std::string node;

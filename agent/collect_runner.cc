@@ -16,7 +16,7 @@ constexpr uint32_t kRefused = std::numeric_limits<uint32_t>::max();
 
 CollectRunner::CollectRunner(CollectRunnerOptions options,
                              std::vector<Collector*> collectors,
-                             StreamClient* client, Clock* clock)
+                             FrameSink* client, Clock* clock)
     : options_(std::move(options)),
       collectors_(std::move(collectors)),
       client_(client),

@@ -1,5 +1,5 @@
 // Drives a real node: calls every collector on a fixed interval grid, turns
-// their readings into one frame per tick and hands it to the StreamClient;
+// their readings into one frame per tick and hands it to the FrameSink;
 // events a collector notices between ticks go out at once as their own
 // frame.
 #ifndef VIGIL_AGENT_COLLECT_RUNNER_H_
@@ -65,7 +65,7 @@ class CollectRunner : public EventSink {
   // `collectors`, `client` and `clock` are not owned and must outlive the
   // runner; `client` may be null when only CollectNow is used.
   CollectRunner(CollectRunnerOptions options,
-                std::vector<Collector*> collectors, StreamClient* client,
+                std::vector<Collector*> collectors, FrameSink* client,
                 Clock* clock);
   ~CollectRunner() override;
 
@@ -102,7 +102,7 @@ class CollectRunner : public EventSink {
 
   const CollectRunnerOptions options_;
   const std::vector<Collector*> collectors_;
-  StreamClient* const client_;
+  FrameSink* const client_;
   Clock* const clock_;
 
   mutable std::mutex mu_;

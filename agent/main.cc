@@ -49,6 +49,7 @@
 #include "agent/disk_spool.h"
 #include "agent/server_reachability.h"
 #include "agent/simulator_collector.h"
+#include "agent/pair_streamer.h"
 #include "agent/stream_client.h"
 #include "agent/transport_security.h"
 #include "nlohmann/json.hpp"
@@ -288,7 +289,7 @@ absl::StatusOr<std::unique_ptr<vigil::agent::Collector>> MakeSimulator(
 }
 
 // The stream client of `config`, with its spool.
-absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> MakeClient(
+absl::StatusOr<std::unique_ptr<vigil::agent::PairStreamer>> MakeClient(
     const vigil::agent::AgentConfig& config) {
   absl::StatusOr<std::shared_ptr<const vigil::agent::TransportSecurity>>
       security = vigil::agent::TransportSecurity::Create(config.transport);
@@ -321,7 +322,7 @@ absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> MakeClient(
     }
     queue = std::move(*spool);
   }
-  return vigil::agent::StreamClient::Create(options, std::move(queue));
+  return vigil::agent::PairStreamer::Create(options, std::move(queue));
 }
 
 }  // namespace
@@ -373,7 +374,7 @@ int main(int argc, char** argv) {
     owned = std::move(*made);
   }
   // The runner of a real node, sending to `client` (null for --once).
-  auto make_collect_runner = [&](vigil::agent::StreamClient* client) {
+  auto make_collect_runner = [&](vigil::agent::FrameSink* client) {
     std::vector<vigil::agent::Collector*> collectors;
     for (const auto& c : owned) collectors.push_back(c.get());
     vigil::agent::CollectRunnerOptions options;
@@ -401,7 +402,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  absl::StatusOr<std::unique_ptr<vigil::agent::StreamClient>> client =
+  absl::StatusOr<std::unique_ptr<vigil::agent::PairStreamer>> client =
       MakeClient(config);
   if (!client.ok()) return Fail(std::string(client.status().message()));
   collect = make_collect_runner(client->get());
@@ -420,7 +421,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<vigil::agent::MetricsEndpoint> metrics;
   if (!config.metrics_listen.empty()) {
-    vigil::agent::StreamClient* c = client->get();
+    vigil::agent::PairStreamer* c = client->get();
     vigil::agent::CollectRunner* r = collect.get();
     metrics = std::make_unique<vigil::agent::MetricsEndpoint>(
         [c, r, reach = &reachability] {
@@ -448,9 +449,7 @@ int main(int argc, char** argv) {
   if (!status.ok()) {
     std::fprintf(stderr, "vigil-agent: %s\n", status.ToString().c_str());
   }
-  uint64_t last_seq = collect->last_seq();
-  bool flushed =
-      (*client)->WaitForAcked(last_seq, clock->Now() + kFlushSeconds);
+  bool flushed = (*client)->Flush(clock->Now() + kFlushSeconds);
   (*client)->Stop();
   if (metrics != nullptr) metrics->Stop();
   reachability.Stop();

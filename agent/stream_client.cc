@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
 namespace vigil::agent {
@@ -64,7 +66,7 @@ struct StreamClient::Stream {
 
 absl::StatusOr<std::unique_ptr<StreamClient>> StreamClient::Create(
     StreamClientOptions options, std::unique_ptr<BatchQueue> queue) {
-  if (options.server.empty() || options.node.empty()) {
+  if ((options.server.empty() && options.on_owners == nullptr) || options.node.empty()) {
     return absl::InvalidArgumentError("server and node are required");
   }
   if (options.security == nullptr) {
@@ -92,6 +94,7 @@ StreamClient::StreamClient(StreamClientOptions options,
                            std::unique_ptr<BatchQueue> queue)
     : options_(std::move(options)),
       queue_(std::move(queue)),
+      server_(options_.server),
       backoff_(options_.initial_backoff_seconds) {
   dropped_before_start_ = queue_->dropped();
   // Batches an earlier process left in a spool keep their meaning: take
@@ -219,6 +222,22 @@ void StreamClient::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void StreamClient::Retarget(const std::string& server, bool drop_pending) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (drop_pending) stats_.batches_handed_over += queue_->RemoveUpTo(next_seq_ - 1);
+  if (server == server_) return;
+  server_ = server;
+  retargeted_ = true;
+  owners_seen_.clear();
+  if (context_ != nullptr) context_->TryCancel();
+  cv_.notify_all();
+}
+
+std::string StreamClient::server() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return server_;
+}
+
 StreamClientStats StreamClient::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   StreamClientStats s = stats_;
@@ -232,24 +251,53 @@ StreamClientStats StreamClient::stats() const {
 void StreamClient::Run() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
+    if (server_.empty()) {  // idle until Retarget
+      cv_.wait(l, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !server_.empty();
+      });
+      continue;
+    }
     if (stats_.streams_opened++ > 0) ++stats_.reconnects;
+    retargeted_ = false;
     l.unlock();
     int code;
     std::string message;
     bool acked;
-    RunStream(&code, &message, &acked);
+    std::vector<std::string> owners;
+    RunStream(&code, &message, &acked, &owners);
     l.lock();
     stats_.streaming = false;
     if (stop_) break;
-    double deadline = options_.clock->Now() + AfterStream(code, message, acked);
-    while (!stop_ && options_.clock->Now() < deadline) {
+    double deadline = options_.clock->Now() + AfterStream(code, message, acked, owners);
+    if (!owners.empty()) {
+      if (options_.on_owners != nullptr) {
+        l.unlock();
+        options_.on_owners(owners);
+        l.lock();
+      } else if (owners.front() != server_) {
+        server_ = owners.front();
+      }
+    }
+    while (!stop_ && !retargeted_ && options_.clock->Now() < deadline) {
       options_.clock->WaitUntil(l, cv_, deadline);
     }
   }
 }
 
 double StreamClient::AfterStream(int code, const std::string& message,
-                                 bool acked) {
+                                 bool acked, const std::vector<std::string>& owners) {
+  if (retargeted_) {
+    Log(absl::StrCat("moving the stream to ", server_.empty() ? "nowhere (idle)" : server_));
+    backoff_ = options_.initial_backoff_seconds;
+    return 0;
+  }
+  if (code == grpc::StatusCode::FAILED_PRECONDITION && !owners.empty()) {
+    ++stats_.redirects;
+    Log(absl::StrCat("server ", server_, " does not own this node's job (", message,
+                     "); its owners: ", absl::StrJoin(owners, ", ")));
+    backoff_ = options_.initial_backoff_seconds;
+    return 0;
+  }
   if (acked) backoff_ = options_.initial_backoff_seconds;
   double wait =
       backoff_ * (0.8 + 0.4 * std::uniform_real_distribution<>()(rng_));
@@ -276,7 +324,7 @@ double StreamClient::AfterStream(int code, const std::string& message,
     case grpc::StatusCode::UNAUTHENTICATED:
     case grpc::StatusCode::PERMISSION_DENIED:
       ++stats_.unauthorized;
-      Log(absl::StrCat("server ", options_.server, " refused node '",
+      Log(absl::StrCat("server ", server_, " refused node '",
                        options_.node, "': ", message,
                        " (check the node token and client certificate)",
                        retry));
@@ -284,12 +332,12 @@ double StreamClient::AfterStream(int code, const std::string& message,
     case grpc::StatusCode::ALREADY_EXISTS:
       ++stats_.already_exists;
       Log(absl::StrCat("another agent instance holds node '", options_.node,
-                       "' on ", options_.server, " (", message, ")", retry));
+                       "' on ", server_, " (", message, ")", retry));
       break;
     default:
       // A transport that does not match the server's (plaintext against
       // TLS, an untrusted CA) shows only as UNAVAILABLE: say which was used.
-      Log(absl::StrCat("stream to ", options_.server, " ended (code ", code,
+      Log(absl::StrCat("stream to ", server_, " ended (code ", code,
                        ": ", message, ")",
                        code == grpc::StatusCode::UNAVAILABLE
                            ? absl::StrCat("; transport ",
@@ -300,8 +348,14 @@ double StreamClient::AfterStream(int code, const std::string& message,
   return wait;
 }
 
-void StreamClient::RunStream(int* code, std::string* message, bool* acked) {
+void StreamClient::RunStream(int* code, std::string* message, bool* acked,
+                             std::vector<std::string>* owners) {
   *acked = false;
+  std::string target;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    target = server_;
+  }
   absl::StatusOr<ConnectionSecurity> security = options_.security->Connect();
   if (!security.ok()) {
     *code = grpc::StatusCode::FAILED_PRECONDITION;
@@ -315,14 +369,14 @@ void StreamClient::RunStream(int* code, std::string* message, bool* acked) {
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (!security->server_name_override.empty())
     args.SetSslTargetNameOverride(security->server_name_override);
-  stream.channel = grpc::CreateCustomChannel(options_.server,
+  stream.channel = grpc::CreateCustomChannel(target,
                                              security->credentials, args);
   stream.stub = v1::Ingest::NewStub(stream.channel);
   if (!security->authorization.empty())
     stream.context.AddMetadata("authorization", security->authorization);
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stop_) stream.context.TryCancel();
+    if (stop_ || target != server_) stream.context.TryCancel();
     context_ = &stream.context;  // lets Stop() cancel a hanging connect
     reader_done_ = false;
     sent_through_ = 0;
@@ -354,6 +408,16 @@ void StreamClient::RunStream(int* code, std::string* message, bool* acked) {
   reader.join();
   writer.join();
   grpc::Status status = stream.rw->Finish();
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+    const auto& trailers = stream.context.GetServerTrailingMetadata();
+    if (auto it = trailers.find("vigil-owners"); it != trailers.end()) {
+      for (absl::string_view owner :
+           absl::StrSplit(absl::string_view(it->second.data(), it->second.size()), ',',
+                          absl::SkipEmpty())) {
+        owners->emplace_back(owner);
+      }
+    }
+  }
   std::lock_guard<std::mutex> l(mu_);
   context_ = nullptr;
   *code = status.error_code();
@@ -364,8 +428,17 @@ void StreamClient::RunStream(int* code, std::string* message, bool* acked) {
 void StreamClient::ReadLoop(Stream* stream) {
   v1::Ack ack;
   while (stream->rw->Read(&ack)) {
-    std::lock_guard<std::mutex> l(mu_);
+    std::unique_lock<std::mutex> l(mu_);
     double now = options_.clock->Now();
+    if (ack.owners_size() > 0 && options_.on_owners != nullptr) {
+      std::vector<std::string> owners(ack.owners().begin(), ack.owners().end());
+      if (owners != owners_seen_) {
+        owners_seen_ = owners;
+        l.unlock();
+        options_.on_owners(owners);
+        l.lock();
+      }
+    }
     if (ack.acked_seq() > stats_.acked_seq) {
       stats_.batches_acked += queue_->RemoveUpTo(ack.acked_seq());
       stats_.acked_seq = ack.acked_seq();

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,8 +35,16 @@ inline constexpr char kAgentVersion[] = "0.1.0";
 
 // Configuration of a StreamClient.
 struct StreamClientOptions {
-  // Server address, host:port. Required.
+  // Server address, host:port. Required unless on_owners is set (then an
+  // empty server means "idle until Retarget").
   std::string server;
+  // Cluster mode (docs/SCALING.md): called, on one of the client's
+  // threads and with no lock held, with the gRPC addresses of the live
+  // members of the shard that owns this node's job whenever a server
+  // reports them (an ack's `owners`, or a FAILED_PRECONDITION refusal from
+  // a server that does not own the job). It may call Retarget. Without it,
+  // a refusal that names owners moves the client to the first of them.
+  std::function<void(const std::vector<std::string>& owners)> on_owners;
   // How connections are secured (TLS files, or plaintext only if created
   // with insecure set; a node token). Required: there is no default, so
   // plaintext is never an accident. Consulted before every connection
@@ -80,6 +89,10 @@ struct StreamClientStats {
   uint64_t reconnects = 0;        // attempts after the first
   uint64_t already_exists = 0;    // refusals: another agent holds the node
   uint64_t unauthorized = 0;  // refusals: UNAUTHENTICATED, PERMISSION_DENIED
+  uint64_t redirects = 0;     // refusals naming the job's owners (cluster)
+  // Batches dropped by Retarget(..., drop_pending): another stream carries
+  // them to the only live owner.
+  uint64_t batches_handed_over = 0;
   uint64_t samples_dropped_by_server = 0;  // Ack.dropped_samples, summed
   // Of those, samples of series a server limit refused (Ack.refused_samples).
   uint64_t samples_refused_by_server = 0;
@@ -92,10 +105,23 @@ struct StreamClientStats {
   bool streaming = false;      // current stream has been acked
 };
 
+// Where a collector's frames go: one stream client, or the pair of them
+// that feeds both members of a shard (agent/pair_streamer.h).
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  // The id of `key` in this sink's dictionary (see StreamClient).
+  virtual absl::StatusOr<uint32_t> RegisterSeries(SeriesKey key) = 0;
+  // Queues `frames` (ids from RegisterSeries); returns the last seq.
+  virtual absl::StatusOr<uint64_t> Enqueue(std::vector<v1::Frame> frames) = 0;
+  // A snapshot of the counters.
+  virtual StreamClientStats stats() const = 0;
+};
+
 // Sends frame batches to one server. Thread-safe: RegisterSeries, Enqueue,
 // WaitForAcked and stats may be called from any thread while the
 // background thread streams.
-class StreamClient {
+class StreamClient : public FrameSink {
  public:
   // A stopped client; kInvalidArgument if server or node is empty, security
   // is missing or a bound is zero. A queue holding an earlier process's
@@ -107,7 +133,7 @@ class StreamClient {
   static absl::StatusOr<std::unique_ptr<StreamClient>> Create(
       StreamClientOptions options, std::unique_ptr<BatchQueue> queue = nullptr);
   // Stops the client; batches not yet acknowledged are lost.
-  ~StreamClient();
+  ~StreamClient() override;
 
   StreamClient(const StreamClient&) = delete;
   StreamClient& operator=(const StreamClient&) = delete;
@@ -116,13 +142,13 @@ class StreamClient {
   // kInvalidArgument for a malformed key, kResourceExhausted when the
   // dictionary would exceed max_dictionary_bytes, the queue's error when it
   // cannot keep the entry (BatchQueue::KeepSeries).
-  absl::StatusOr<uint32_t> RegisterSeries(SeriesKey key);
+  absl::StatusOr<uint32_t> RegisterSeries(SeriesKey key) override;
 
   // Queues `frames` (their series_ids from RegisterSeries) as one or more
   // batches with new seqs, and returns the last seq. kInvalidArgument, with
   // nothing queued, if a frame's columns differ in length or name an
   // unregistered id, or if there are no frames.
-  absl::StatusOr<uint64_t> Enqueue(std::vector<v1::Frame> frames);
+  absl::StatusOr<uint64_t> Enqueue(std::vector<v1::Frame> frames) override;
 
   // Starts the background stream thread. Call once.
   void Start();
@@ -135,8 +161,16 @@ class StreamClient {
   // Idempotent.
   void Stop();
 
+  // Streams to `server` from now on (an empty one: stays idle, keeping
+  // no connection); the current stream, if to another server, is closed
+  // and pending batches are resent to the new one, unless `drop_pending`
+  // drops them (counted as batches_handed_over). No-op when unchanged.
+  void Retarget(const std::string& server, bool drop_pending = false);
+  // The server this client streams to ("" while idle).
+  std::string server() const;
+
   // A snapshot of the counters.
-  StreamClientStats stats() const;
+  StreamClientStats stats() const override;
   // The random id of this agent instance sent in Hello.
   const std::string& agent_instance() const { return instance_; }
 
@@ -147,11 +181,14 @@ class StreamClient {
   void Run();
   // Opens a stream and serves it until it ends; returns its final status
   // and whether the server acknowledged anything on it.
-  void RunStream(int* code, std::string* message, bool* acked);
+  // `owners`: the owners a FAILED_PRECONDITION refusal named.
+  void RunStream(int* code, std::string* message, bool* acked,
+                 std::vector<std::string>* owners);
   void WriteLoop(Stream* stream);
   void ReadLoop(Stream* stream);
   // Handles the end of a stream; returns how long to wait before the next.
-  double AfterStream(int code, const std::string& message, bool acked)
+  double AfterStream(int code, const std::string& message, bool acked,
+                     const std::vector<std::string>& owners)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StreamClientOptions options_;
@@ -160,6 +197,9 @@ class StreamClient {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unique_ptr<BatchQueue> queue_ ABSL_GUARDED_BY(mu_);
+  std::string server_ ABSL_GUARDED_BY(mu_);  // where streams go; "" = idle
+  bool retargeted_ ABSL_GUARDED_BY(mu_) = false;  // the stream was moved
+  std::vector<std::string> owners_seen_ ABSL_GUARDED_BY(mu_);
   // queue_->dropped() when the client was created.
   uint64_t dropped_before_start_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::SeriesDef> dictionary_ ABSL_GUARDED_BY(mu_);

@@ -315,12 +315,14 @@ void Detector::Impl::Activate(uint32_t idx, const FrameView& frame) {
     if (frame.step && *frame.step != n.end_step) {
       n.ended = false;
       n.retired = false;
+      n.handed_over = false;
       StartRun(n, j, frame);
     }
     return;
   }
   if (n.retired) {
     n.retired = false;
+    n.handed_over = false;
     auto it = n.frames == 0
                   ? pending_runs.find(absl::StrCat(
                         j.name, absl::string_view("\0", 1), n.name))
@@ -534,8 +536,8 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
   }
 }
 
-void Detector::NodeMovedAway(const FrameView& frame,
-                             std::vector<Anomaly>* out) {
+void Detector::NodeMovedAway(const FrameView& frame, std::vector<Anomaly>* out,
+                             bool handed_over) {
   Impl& m = *impl_;
   auto it = m.node_by_name.find(detector_internal::AbslView(frame.node));
   if (it == m.node_by_name.end()) return;
@@ -555,6 +557,7 @@ void Detector::NodeMovedAway(const FrameView& frame,
   // As in Activate for a node that moved on: its pair here stops counting.
   NodeState& moved = m.nodes[idx];
   moved.retired = true;
+  moved.handed_over = handed_over;
   if (moved.silent) {
     moved.silent = false;
     m.Emit(moved.silent_idle ? AnomalyKind::kIdleNodeSilent

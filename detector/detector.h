@@ -180,8 +180,12 @@ class Detector {
   // (appending what follows to `out`); otherwise the pair is retired like
   // that of a node that moved to another job (no silence alarm, a pending
   // one cleared). Only `node`, `ts` and `job_end` of `frame` are read. A
-  // node unknown here is ignored.
-  void NodeMovedAway(const FrameView& frame, std::vector<Anomaly>* out);
+  // node unknown here is ignored. `handed_over`: the node's job goes on
+  // under another server's watch (a cluster shard took it,
+  // docs/SCALING.md); once every node of the job here is handed over, its
+  // run ends here without a job_ended anomaly.
+  void NodeMovedAway(const FrameView& frame, std::vector<Anomaly>* out,
+                     bool handed_over = false);
 
   // Jobs whose nodes all stopped and that wait for the scheduler's word
   // (LifecycleOptions::await_scheduler_s); empty when that is 0.

@@ -180,6 +180,7 @@ struct NodeState {
   uint32_t job = kNone;
   bool free = false;     // slot on the free list
   bool retired = false;  // the node now reports another job
+  bool handed_over = false;  // retired: its job moved to another server
   bool ended = false;    // the job ended on this node
   bool silent = false;
   bool silent_idle = false;  // raised as kIdleNodeSilent
@@ -404,9 +405,10 @@ struct Detector::Impl {
   // raised conditions (the job's incidents resolve on kJobEnded).
   void EndPair(uint32_t idx, double ts, int64_t step);
   // Ends every running pair of `job` and raises kJobEnded once.
-  void EndJob(uint32_t job, double ts, std::string_view how);
+  void EndJob(uint32_t job, double ts, std::string_view how, bool quiet = false);
   // Raises kJobEnded when no pair of `job` runs any more.
-  void MaybeJobEnded(uint32_t job, double ts, std::string_view how);
+  // `quiet`: the job moved to another server; no job_ended anomaly.
+  void MaybeJobEnded(uint32_t job, double ts, std::string_view how, bool quiet = false);
   // Frees the state of pairs ended long ago.
   void Forget(double now);
   void FreePair(uint32_t idx);

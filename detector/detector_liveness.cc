@@ -146,7 +146,11 @@ void Detector::Impl::ScanJob(uint32_t jj, double now) {
     // Every node left the job (moved on to other jobs, or ended): its run
     // is over even without a marker. Nodes that fell silent keep it open.
     if (silent == 0 && !j.ended && std::isfinite(j.run_start_ts)) {
-      EndJob(jj, now, "its nodes moved on to other jobs");
+      bool handed_over = true;
+      for (uint32_t p : j.nodes) handed_over &= nodes[p].free || nodes[p].handed_over;
+      EndJob(jj, now,
+             handed_over ? "another server watches it now" : "its nodes moved on to other jobs",
+             /*quiet=*/handed_over);
     }
     return;
   }
@@ -374,16 +378,16 @@ void Detector::Impl::EndPair(uint32_t idx, double at, int64_t end_step) {
   if (n.end_step != kNoStep) a.step = n.end_step;
 }
 
-void Detector::Impl::EndJob(uint32_t jj, double at, std::string_view how) {
+void Detector::Impl::EndJob(uint32_t jj, double at, std::string_view how, bool quiet) {
   for (uint32_t p : jobs[jj].nodes) {
     NodeState& n = nodes[p];
     if (Running(n) && !n.silent) EndPair(p, at, n.step);
   }
-  MaybeJobEnded(jj, at, how);
+  MaybeJobEnded(jj, at, how, quiet);
 }
 
-void Detector::Impl::MaybeJobEnded(uint32_t jj, double at,
-                                   std::string_view how) {
+void Detector::Impl::MaybeJobEnded(uint32_t jj, double at, std::string_view how,
+                                   bool quiet) {
   JobState& j = jobs[jj];
   if (j.ended) return;
   int ended = 0, silent = 0;
@@ -418,6 +422,7 @@ void Detector::Impl::MaybeJobEnded(uint32_t jj, double at,
         Emit(AnomalyKind::kJobUnreachable, true, kNone, kNone, kNone, 0);
     a.job = j.name;
   }
+  if (quiet) return;
   for (bool cleared : {false, true}) {
     Anomaly& a =
         Emit(AnomalyKind::kJobEnded, cleared, kNone, kNone, kNone, ended);

@@ -74,8 +74,8 @@ void DetectionPipeline::ProcessFrame(const FrameView& frame,
 }
 
 void DetectionPipeline::NodeMovedAway(const FrameView& frame,
-                                      std::vector<IncidentUpdate>* out) {
-  detector_.NodeMovedAway(frame, &anomalies_);
+                                      std::vector<IncidentUpdate>* out, bool handed_over) {
+  detector_.NodeMovedAway(frame, &anomalies_, handed_over);
   Drain(frame.ts, out);
 }
 

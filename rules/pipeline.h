@@ -64,9 +64,11 @@ class DetectionPipeline : private JobContextSource {
     engine_.AddImplication(implication);
   }
 
-  // The node of `frame` now reports a job another pipeline watches
-  // (Detector::NodeMovedAway); appends what follows to `out`.
-  void NodeMovedAway(const FrameView& frame, std::vector<IncidentUpdate>* out);
+  // The node of `frame` now reports a job another pipeline watches, or,
+  // `handed_over`, its job moved to another server (Detector::
+  // NodeMovedAway); appends what follows to `out`.
+  void NodeMovedAway(const FrameView& frame, std::vector<IncidentUpdate>* out,
+                     bool handed_over = false);
 
   // Moves time to `ts` without a frame (the live server's clock tick) and
   // appends silences, hangs and auto-resolutions that fell due to `out`.

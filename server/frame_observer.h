@@ -36,6 +36,10 @@ class ShardedFrameObserver {
   // The frame's node now reports a job of another shard; `shard` watched
   // its previous job (and sees no more of its frames until it comes back).
   virtual void NodeMovedAway(int shard, const FrameView& frame) = 0;
+  // Cluster mode: the frame's node streams to another server now (its job
+  // moved to another shard); `shard` watched its job here. By default as
+  // NodeMovedAway.
+  virtual void NodeHandedOver(int shard, const FrameView& frame) { NodeMovedAway(shard, frame); }
 };
 
 // One shard that hands every frame to a plain FrameObserver.

@@ -3,7 +3,10 @@
 //   vigil-server --data-dir DIR --grpc-listen HOST:PORT --http-listen HOST:PORT
 //                [--config FILE] [--memory] [--web-dir DIR] [--rules FILE]
 //                [--no-detect] [--grpc-insecure]
-// Flags override the config file. Agents connect over TLS (the config's
+//                [--etcd URL[,URL...]] [--shard NAME] [--replica NAME]
+//                [--advertise-grpc HOST:PORT] [--advertise-http URL]
+// Flags override the config file; --etcd (or a "cluster" section) turns
+// cluster mode on (docs/SCALING.md). Agents connect over TLS (the config's
 // grpc_tls section) unless --grpc-insecure or "grpc_insecure" asks for
 // plaintext; with neither, the server refuses to start. Port 0 picks a free port; the bound
 // addresses are printed on stdout. A bad config or rule file is reported
@@ -14,6 +17,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "server/config/config.h"
 #include "server/server.h"
@@ -33,14 +37,21 @@ constexpr char kUsage[] =
     "                  incidents are still served)\n"
     "  --grpc-insecure accept agents over plaintext gRPC, replacing the\n"
     "                  config's grpc_tls (tests, demos, trusted networks);\n"
-    "                  without it the config must have a grpc_tls section\n";
+    "                  without it the config must have a grpc_tls section\n"
+    "  cluster mode (docs/SCALING.md; the config's \"cluster\" section):\n"
+    "  --etcd URL[,URL] etcd endpoints (http://host:2379)\n"
+    "  --shard NAME    the shard pair this server belongs to\n"
+    "  --replica NAME  its name within the pair (e.g. the pod name)\n"
+    "  --advertise-grpc HOST:PORT  where agents reach this server\n"
+    "  --advertise-http URL        where other servers reach its API\n";
 
 // Parses "--name value", "--name=value" and the switches "--memory",
 // "--no-detect" and "--grpc-insecure" into `flags`. False (after printing why) on anything else.
 bool ParseFlags(int argc, char** argv, std::map<std::string, std::string>* flags) {
   static const char* const kValued[] = {"data-dir", "grpc-listen",
                                         "http-listen", "config", "web-dir",
-                                        "rules"};
+                                        "rules", "etcd", "shard", "replica",
+                                        "advertise-grpc", "advertise-http"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") return false;
@@ -111,6 +122,18 @@ int main(int argc, char** argv) {
   if (flags.count("grpc-insecure")) {
     options.grpc_insecure = true;
     options.grpc_tls.reset();
+  }
+  if (flags.count("etcd") || flags.count("shard") || flags.count("replica") ||
+      flags.count("advertise-grpc") || flags.count("advertise-http")) {
+    if (!options.cluster.has_value()) options.cluster.emplace();
+    vigil::cluster::ClusterOptions& c = *options.cluster;
+    if (flags.count("etcd")) {
+      c.etcd_endpoints = absl::StrSplit(flags["etcd"], ',', absl::SkipEmpty());
+    }
+    if (flags.count("shard")) c.shard = flags["shard"];
+    if (flags.count("replica")) c.replica = flags["replica"];
+    if (flags.count("advertise-grpc")) c.advertise_grpc = flags["advertise-grpc"];
+    if (flags.count("advertise-http")) c.advertise_http = flags["advertise-http"];
   }
 
   // A bad combination is a config error (exit 2: restarting cannot fix it).

@@ -21,6 +21,8 @@
 #include "server/escalation/event_hub.h"
 #include "server/fleet/fleet_view.h"
 #include "server/api/http_api.h"
+#include "server/cluster/cluster_member.h"
+#include "server/cluster/ownership.h"
 #include "server/ingest/ingest_service.h"
 #include "server/remote_write/remote_write.h"
 #include "server/health/store_watch.h"
@@ -66,6 +68,9 @@ class FrameFanout : public ShardedFrameObserver {
   }
   void NodeMovedAway(int shard, const FrameView& frame) override {
     if (detection_ != nullptr) detection_->NodeMovedAway(shard, frame);
+  }
+  void NodeHandedOver(int shard, const FrameView& frame) override {
+    if (detection_ != nullptr) detection_->NodeMovedAway(shard, frame, /*handed_over=*/true);
   }
 
  private:
@@ -123,6 +128,14 @@ absl::Status VigilServer::Start() {
   // The dead-man's switch, its header secrets read before anything opens.
   // It beats while the store accepts writes (what /readyz says); it starts
   // once store_ is set and stops before store_ is reset.
+  // Cluster mode: the member (started last) and what its shard owns.
+  std::unique_ptr<cluster::ClusterMember> member;
+  std::unique_ptr<cluster::Ownership> ownership;
+  if (options_.cluster.has_value()) {
+    VIGIL_ASSIGN_OR_RETURN(member, cluster::ClusterMember::Create(*options_.cluster, clock_));
+    ownership = std::make_unique<cluster::Ownership>(options_.cluster->shard,
+                                                     options_.detector.lifecycle.family_pattern);
+  }
   std::unique_ptr<Watchdog> watchdog;
   if (options_.watchdog.enabled()) {
     WatchdogOptions watchdog_options;
@@ -139,6 +152,10 @@ absl::Status VigilServer::Start() {
             "detection has not ticked for %.0f s", behind));
       return absl::OkStatus();
     };
+    // In a pair, only the shard's leader beats: a standby beating would
+    // keep the switch quiet while the leader is dead.
+    if (member != nullptr)
+      watchdog_options.is_leader = [m = member.get()] { return m->IsShardLeader(); };
     VIGIL_ASSIGN_OR_RETURN(
         watchdog, Watchdog::Create(options_.watchdog, std::move(watchdog_options)));
   }
@@ -189,6 +206,7 @@ absl::Status VigilServer::Start() {
   detection_options.snapshot_seconds = options_.detection_snapshot_seconds;
   detection_options.restart_resolve_seconds = options_.restart_resolve_seconds;
   detection_options.shards = options_.detection_workers;
+  if (options_.cluster.has_value()) detection_options.id_shard = options_.cluster->shard;
   // With an actuator, the scheduler is the source of truth on jobs' lives.
   std::unique_ptr<SchedulerQuery> scheduler;
   if (!options_.actuator.url.empty() && options_.scheduler_poll_seconds > 0 &&
@@ -233,6 +251,17 @@ absl::Status VigilServer::Start() {
                                         const std::string& node) {
     return view->FindVerifiedJob(job, node);
   };
+  if (member != nullptr) {
+    EscalationServiceOptions::PairGate pair;
+    pair.leading = [m = member.get()] { return m->IsShardLeader(); };
+    pair.delivered = [m = member.get()](const std::string& key) {
+      if (absl::Status s = m->MarkPaged(key); !s.ok())
+        std::fprintf(stderr, "vigil-server: cluster: cannot mark page %s delivered: %s\n",
+                     key.c_str(), std::string(s.message()).c_str());
+    };
+    pair.delivered_keys = [m = member.get()] { return m->PagedKeys(); };
+    escalation_options.pair = std::move(pair);
+  }
   auto escalation = std::make_unique<EscalationService>(escalation_options);
   VIGIL_RETURN_IF_ERROR(escalation->Start());
   detection->set_listener(escalation.get());
@@ -263,6 +292,7 @@ absl::Status VigilServer::Start() {
   ingest_options.metrics = &metrics_;
   ingest_options.observer = observer;
   ingest_options.authenticator = stream_auth.get();
+  ingest_options.ownership = ownership.get();
   ingest_options.max_future_skew_seconds = options_.max_future_skew_seconds;
   ingest_options.max_series_per_stream = options_.max_series_per_stream;
   ingest_options.series_budget.per_node = options_.max_new_series_per_node;
@@ -302,6 +332,9 @@ absl::Status VigilServer::Start() {
   http_options.max_requests_per_client = options_.http_max_requests_per_client;
   http_options.secure_cookies = options_.http_secure_cookies;
   http_options.trusted_proxies = std::move(trusted_proxies);
+  http_options.cluster = member.get();
+  http_options.ownership = ownership.get();
+  http_options.transport = transport_;
   if (watchdog != nullptr)
     http_options.more_metrics = [w = watchdog.get()] { return w->MetricsText(); };
   if (remote_write != nullptr)
@@ -336,11 +369,23 @@ absl::Status VigilServer::Start() {
   if (remote_write_ != nullptr) remote_write_->Start();
   watchdog_ = std::move(watchdog);
   if (watchdog_ != nullptr) watchdog_->Start();
+  ownership_ = std::move(ownership);
+  cluster_ = std::move(member);
+  if (cluster_ != nullptr) {
+    cluster_->AddListener([own = ownership_.get(), esc = escalation_.get()](
+                              const cluster::ClusterView& view) {
+      own->SetMap(view.map);
+      esc->OnLeadershipChange(view.shard_leader);
+    });
+    cluster_->Start();
+  }
   return absl::OkStatus();
 }
 
 absl::Status VigilServer::Stop() {
   if (store_ == nullptr) return absl::OkStatus();
+  // Leave the cluster first: the standby leads at once, not a lease later.
+  if (cluster_ != nullptr) cluster_->Stop();
   // An immediate deadline cancels live streams; Shutdown() returns once
   // their handlers have finished.
   grpc_server_->Shutdown(gpr_inf_past(GPR_CLOCK_MONOTONIC));
@@ -362,6 +407,8 @@ absl::Status VigilServer::Stop() {
   changes_.reset();
   absl::Status flushed = store_->Flush();
   store_.reset();
+  cluster_.reset();
+  ownership_.reset();
   grpc_port_ = 0;
   http_port_ = 0;
   return flushed;

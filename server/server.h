@@ -19,6 +19,10 @@ class Server;
 }  // namespace grpc
 
 namespace vigil {
+namespace cluster {
+class ClusterMember;
+class Ownership;
+}  // namespace cluster
 
 class SchedulerQuery;
 
@@ -105,6 +109,10 @@ class VigilServer {
   std::unique_ptr<RemoteWriter> remote_write_;
   // The dead-man's switch, or null when options.watchdog names no receiver.
   std::unique_ptr<Watchdog> watchdog_;
+  // Cluster mode (options.cluster): this server's membership in etcd and
+  // the jobs its shard owns; null for a single server.
+  std::unique_ptr<cluster::Ownership> ownership_;
+  std::unique_ptr<cluster::ClusterMember> cluster_;
   int grpc_port_ = 0;
   int http_port_ = 0;
 };

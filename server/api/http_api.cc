@@ -316,6 +316,7 @@ void HttpApi::InstallHandlers() {
   });
   if (o.escalation != nullptr) InstallEscalationHandlers();
   InstallUiHandlers();
+  InstallClusterHandlers();
   if (!o.web_dir.empty() && std::filesystem::is_directory(o.web_dir)) {
     server_->set_mount_point("/", o.web_dir);
   }
@@ -562,7 +563,7 @@ void HttpApi::InstallHandlers() {
     Reply(res, 200, Json{{"series", std::move(list)}, {"next_start", std::move(next)}});
   });
 
-  server_->Get("/api/v1/incidents", [&o](const httplib::Request& req,
+  server_->Get("/api/v1/incidents", [this, &o](const httplib::Request& req,
                                          httplib::Response& res) {
     IncidentFilter filter;
     if (std::string error = ParseIncidentFilter(req, &filter); !error.empty())
@@ -576,7 +577,8 @@ void HttpApi::InstallHandlers() {
         evidence.erase(evidence.begin() + kListEvidence, evidence.end());
       list.push_back(std::move(incident));
     }
-    Reply(res, 200, Json{{"incidents", std::move(list)}});
+    ReplyFleetWide(req, res, Json{{"incidents", std::move(list)}}, "incidents",
+                   /*newest_first=*/true);
   });
 
   server_->Get(R"(/api/v1/incidents/([A-Za-z0-9_.-]+))",

@@ -39,11 +39,14 @@
 #include "server/fleet/fleet_view.h"
 #include "server/ingest/ingest_metrics.h"
 #include "server/api/web_sessions.h"
+#include "server/cluster/cluster_member.h"
+#include "server/cluster/ownership.h"
 #include "storage/series_store.h"
 
 namespace httplib {
 class Server;
 struct Request;
+struct Response;
 }  // namespace httplib
 
 namespace vigil {
@@ -92,6 +95,14 @@ struct HttpApiOptions {
   // keep-alive connection is closed after keep_alive_seconds.
   int io_timeout_seconds = 5;
   int keep_alive_seconds = 5;
+  // Cluster mode (docs/SCALING.md); all null for a single server. The
+  // member answers /api/v1/cluster and names the shards the lists fan out
+  // to (through `transport`); ownership answers /api/v1/cluster?job=.
+  cluster::ClusterMember* cluster = nullptr;
+  const cluster::Ownership* ownership = nullptr;
+  Transport* transport = nullptr;
+  // Seconds a fanned-out request may take before its shard is marked.
+  double fan_out_timeout_seconds = 3;
   // Mark the session cookie Secure (the UI is served over TLS, e.g. behind
   // a proxy). It is also Secure when a request says X-Forwarded-Proto: https.
   bool secure_cookies = false;
@@ -118,6 +129,15 @@ class HttpApi {
   void InstallEscalationHandlers();
   // The web UI's API (server/api/http_ui.cc).
   void InstallUiHandlers();
+  // GET /api/v1/cluster.
+  void InstallClusterHandlers();
+  // Replies `local` (an object holding the array `list_key`), merged in
+  // cluster mode with the same list from one member of every other shard
+  // (each item labelled with its "shard", "shards" telling who answered),
+  // unless the request asks for ?local=1. `newest_first` sorts the merged
+  // list by "ts", newest first, and keeps the request's limit.
+  void ReplyFleetWide(const httplib::Request& req, httplib::Response& res,
+                      nlohmann::json local, const char* list_key, bool newest_first) const;
 
   // Counts a request against its client's cap; false (and not counted)
   // when the client is at its cap. Released by the request's log line.

@@ -335,7 +335,8 @@ void HttpApi::InstallUiHandlers() {
   }
 
   if (o.fleet == nullptr) return;
-  server_->Get("/api/v1/jobs", [&o](const httplib::Request&, httplib::Response& res) {
+  server_->Get("/api/v1/jobs", [this, &o](const httplib::Request& req,
+                                          httplib::Response& res) {
     const double now = o.clock->Now();
     const FiringCounts open = o.detection->CountFiring();
     std::map<std::string, int> gpus;
@@ -344,7 +345,8 @@ void HttpApi::InstallUiHandlers() {
     Json jobs = Json::array();
     for (const JobSnapshot& job : o.fleet->Jobs())
       jobs.push_back(JobJson(job, gpus[job.job], open, now, *o.detection));
-    Reply(res, 200, Json{{"now", now}, {"jobs", std::move(jobs)}});
+    ReplyFleetWide(req, res, Json{{"now", now}, {"jobs", std::move(jobs)}}, "jobs",
+                   /*newest_first=*/false);
   });
   server_->Get(R"(/api/v1/jobs/([^/]+))", [&o](const httplib::Request& req,
                                                 httplib::Response& res) {
@@ -364,7 +366,8 @@ void HttpApi::InstallUiHandlers() {
     out["now"] = now;
     Reply(res, 200, out);
   });
-  server_->Get("/api/v1/nodes", [&o](const httplib::Request&, httplib::Response& res) {
+  server_->Get("/api/v1/nodes", [this, &o](const httplib::Request& req,
+                                           httplib::Response& res) {
     const double now = o.clock->Now();
     const FiringCounts open = o.detection->CountFiring();
     const std::map<std::string, bool> cordoned = CordonState(o.escalation);
@@ -421,7 +424,8 @@ void HttpApi::InstallUiHandlers() {
                                         ? std::array<int, 4>{}
                                         : counts->second)}});
     }
-    Reply(res, 200, Json{{"now", now}, {"nodes", std::move(nodes)}});
+    ReplyFleetWide(req, res, Json{{"now", now}, {"nodes", std::move(nodes)}}, "nodes",
+                   /*newest_first=*/false);
   });
 }
 

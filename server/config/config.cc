@@ -16,6 +16,7 @@
 #include "common/json_reader.h"
 #include "common/json_syntax.h"
 #include "nlohmann/json.hpp"
+#include "server/cluster/cluster_config.h"
 #include "server/config/client_address.h"
 
 namespace vigil {
@@ -238,7 +239,7 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                                "http_listen", "web_dir", "storage", "ingest",
                                "http", "detection", "auth", "escalation",
                                "notifications", "actuator", "watchdog",
-                               "remote_write"})) {
+                               "remote_write", "cluster"})) {
     r.String(root, "", "data_dir", &o.data_dir);
     r.Bool(root, "", "memory", &o.memory);
     r.String(root, "", "grpc_listen", &o.grpc_listen);
@@ -360,6 +361,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
       ReadWatchdogConfig(*it, r, &o.watchdog);
     if (auto it = root.find("remote_write"); it != root.end())
       ParseRemoteWriteSection(*it, r, &o.remote_write);
+    if (auto it = root.find("cluster"); it != root.end())
+      cluster::ParseClusterSection(*it, r, &o.cluster);
   }
   if (!r.errors().empty())
     return absl::InvalidArgumentError(absl::StrJoin(r.errors(), "\n"));
@@ -390,6 +393,10 @@ absl::StatusOr<RuleSet> LoadRuleFile(const std::string& path) {
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {
   std::vector<std::string> errors;
+  if (options.cluster.has_value()) {
+    if (absl::Status s = cluster::ValidateClusterOptions(*options.cluster); !s.ok())
+      errors.push_back(std::string(s.message()));
+  }
   if (!options.memory && options.data_dir.empty())
     errors.push_back("data_dir: required unless memory is set");
   if (!ValidListenAddress(options.grpc_listen))

@@ -18,6 +18,7 @@
 #include "notify/notify.h"
 #include "rules/rule.h"
 #include "server/config/auth.h"
+#include "server/cluster/cluster_member.h"
 #include "server/remote_write/remote_write.h"
 #include "server/watchdog/watchdog.h"
 
@@ -70,7 +71,8 @@ namespace vigil {
 //                 "secret_file": "/etc/vigil/actuator.secret",
 //                 "checkpoint_timeout_seconds": 300},
 //    "watchdog": {...see server/watchdog/watchdog.h...},
-//    "remote_write": {...see server/remote_write/remote_write.h...}}
+//    "remote_write": {...see server/remote_write/remote_write.h...},
+//    "cluster": {...see server/cluster/cluster_config.h...}}
 
 // Where the pages of one escalation channel ("phone", "sms", "im",
 // "email", "pagerduty", "webhook", "ticket") go.
@@ -277,6 +279,9 @@ struct ServerOptions {
   // Rollups (and chosen raw series) to a Prometheus remote-write endpoint;
   // off when absent (server/remote_write/remote_write.h).
   std::optional<RemoteWriteOptions> remote_write;
+  // Cluster mode: membership, shards and leaderships in etcd; absent (the
+  // default) for a single server (server/cluster/cluster_config.h).
+  std::optional<cluster::ClusterOptions> cluster;
 };
 
 // Applies the JSON config `text` on top of `*options`. On any problem

@@ -34,11 +34,13 @@ std::string EventStream(std::string_view id) {
   return absl::StrCat("incident/", std::string(id));
 }
 
-// The number of a server id "inc-N", or -1.
+// The number of a server id "inc-N" (or, in a cluster, "inc-SHARD-N"),
+// or -1.
 int64_t IdNumber(const std::string& id) {
   int64_t n;
-  if (!absl::StartsWith(id, kIdPrefix) ||
-      !absl::SimpleAtoi(id.substr(sizeof(kIdPrefix) - 1), &n) || n < 0)
+  const size_t dash = id.rfind('-');
+  if (!absl::StartsWith(id, kIdPrefix) || dash == std::string::npos ||
+      !absl::SimpleAtoi(id.substr(dash + 1), &n) || n < 0)
     return -1;
   return n;
 }
@@ -326,12 +328,12 @@ void DetectionService::OnFrame(int k, const FrameView& frame) {
   ShareImplications(k);
 }
 
-void DetectionService::NodeMovedAway(int k, const FrameView& frame) {
+void DetectionService::NodeMovedAway(int k, const FrameView& frame, bool handed_over) {
   if (!options_.live) return;
   Shard& shard = *shards_[k];
   {
     std::lock_guard<std::mutex> l(shard.mu);
-    shard.pipeline.NodeMovedAway(frame, &shard.updates);
+    shard.pipeline.NodeMovedAway(frame, &shard.updates, handed_over);
     if (shard.updates.empty()) return;
     Publish(k, shard.updates);
   }
@@ -483,7 +485,9 @@ void DetectionService::PublishLocked(int shard,
       }
     }
     if (inserted) {
-      it->second = absl::StrFormat("%s%06d", kIdPrefix, next_id_++);
+      it->second = absl::StrFormat("%s%s%06d", kIdPrefix,
+                                   options_.id_shard.empty() ? "" : options_.id_shard + "-",
+                                   next_id_++);
       Event index_event{kIndexStream, u.ts, 0, Dump(Json{{"id", it->second}})};
       if (!store.AppendEvent(index_event).ok()) persist_errors_.fetch_add(1);
     }

@@ -120,6 +120,9 @@ struct DetectionOptions {
   // learned is snapshotted under its own key ("detection" when 1,
   // "detection/K-of-N" otherwise): changing the count re-learns. At least 1.
   int shards = 1;
+  // Cluster mode: this server's shard, carried by new incident ids
+  // ("inc-s0-000001") so ids stay unique across the fleet's merged view.
+  std::string id_shard;
 };
 
 // Which incidents ListIncidents returns; every set condition must hold.
@@ -213,8 +216,9 @@ class DetectionService : public FrameObserver {
   void OnFrame(const FrameView& frame) override;
   // The frame's node now reports a job of another shard; `shard` is the
   // one that watched its previous job (DetectionPipeline::NodeMovedAway).
-  // No-op unless live.
-  void NodeMovedAway(int shard, const FrameView& frame);
+  // `handed_over`: its job moved to another server of the cluster. No-op
+  // unless live.
+  void NodeMovedAway(int shard, const FrameView& frame, bool handed_over = false);
 
   // Moves detection time on to clock time `now` (see the top of the file)
   // without a frame and persists what fell due (node silence, hangs,

@@ -105,6 +105,9 @@ absl::Status EscalationService::LoadActions() {
 }
 
 void EscalationService::StartActions(const Incident& incident) {
+  // The pair's leader acts; a standby that takes over does not repeat
+  // what the old one started (docs/SCALING.md).
+  if (options_.pair.has_value() && !options_.pair->leading()) return;
   for (Response response : incident.responses) {
     const std::string action = ActionOf(response);
     if (action.empty()) continue;

@@ -5,9 +5,12 @@
 // phone keypress callback: twilio_callback.cc.
 #include "server/escalation/escalation_service.h"
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -188,8 +191,24 @@ void EscalationService::Handle(const EscalationOutput& out) {
   if (!out.pages.empty() || !out.events.empty()) dirty_ = true;
 }
 
-void EscalationService::EnqueuePage(const Page& page) {
-  auto incident_it = incidents_.find(page.incident_id);
+std::string PairPageKey(const Incident& incident, std::string_view page_key) {
+  std::string_view rest = page_key;
+  if (rest.substr(0, incident.id.size()) == incident.id) rest.remove_prefix(incident.id.size());
+  const std::string culprit =
+      !incident.node.empty() ? incident.node
+      : incident.nodes.empty() ? std::string("-")
+                               : absl::StrJoin(incident.nodes, "+");
+  return absl::StrCat(incident.job.empty() ? "-" : incident.job, ":", culprit, ":",
+                      incident.gpu ? absl::StrCat("g", *incident.gpu) : "-", ":",
+                      static_cast<int64_t>(std::llround(incident.ts * 1000)),
+                      std::string(rest));
+}
+
+void EscalationService::EnqueuePage(const Page& asked) {
+  auto incident_it = incidents_.find(asked.incident_id);
+  Page page = asked;
+  if (options_.pair.has_value() && incident_it != incidents_.end())
+    page.key = PairPageKey(incident_it->second, asked.key);
   const std::string page_name =
       absl::StrCat(std::string(PageEventName(page.event)), " via ", page.channel,
                    page.users.empty() ? "" : " to ",
@@ -272,12 +291,25 @@ void EscalationService::EnqueuePage(const Page& page) {
     item.routes.push_back(std::move(outbox_route));
     items.push_back(std::move(item));
   }
+  const double now = options_.clock->Now();
+  const bool hold = options_.pair.has_value() && !options_.pair->leading();
+  if (options_.pair.has_value()) {
+    std::erase_if(held_pages_, [&](const HeldPage& held) {
+      return now - held.since > options_.pair->hold_seconds;
+    });
+  }
   for (OutboxItem& item : items) {
     const std::string receivers = [&] {
       std::vector<std::string> names;
       for (const OutboxRoute& r : item.routes) names.push_back(r.receiver);
       return absl::StrJoin(names, " -> ");
     }();
+    if (hold) {
+      timeline("page_held", absl::StrCat(page_name, " (", receivers,
+                                         "): held by the standby; the pair's leader sends it"));
+      held_pages_.push_back({now, std::move(item), page_name, incident.id});
+      continue;
+    }
     absl::Status s = outbox_->Enqueue(std::move(item));
     if (absl::IsAlreadyExists(s)) continue;  // restored state re-asked for it
     timeline(s.ok() ? "page_queued" : "page_failed",
@@ -286,7 +318,50 @@ void EscalationService::EnqueuePage(const Page& page) {
   }
 }
 
+void EscalationService::OnLeadershipChange(bool leading) {
+  if (!options_.pair.has_value() || !leading) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (held_pages_.empty()) return;
+  }
+  // Read the marks before taking the lock: etcd may be slow.
+  absl::StatusOr<absl::flat_hash_set<std::string>> delivered = options_.pair->delivered_keys();
+  std::lock_guard<std::mutex> l(mu_);
+  const double now = options_.clock->Now();
+  int sent = 0;
+  int skipped = 0;
+  for (HeldPage& held : held_pages_) {
+    if (now - held.since > options_.pair->hold_seconds) continue;
+    if (delivered.ok() && delivered->contains(held.item.key)) {
+      ++skipped;
+      continue;
+    }
+    const std::string key = held.item.key;
+    absl::Status s = outbox_->Enqueue(std::move(held.item));
+    if (absl::IsAlreadyExists(s)) continue;
+    ++sent;
+    AddTimeline(held.incident_id,
+                {{"type", s.ok() ? "page_queued" : "page_failed"},
+                 {"ts", now},
+                 {"key", key},
+                 {"detail", s.ok() ? absl::StrCat(held.page_name,
+                                                  " (held as standby; sent on taking the lead)")
+                                   : std::string(s.message())}});
+  }
+  held_pages_.clear();
+  std::fprintf(stderr,
+               "vigil-server: leading the pair now: %d held page(s) sent, %d the old leader "
+               "had delivered%s\n",
+               sent, skipped,
+               delivered.ok() ? ""
+                              : absl::StrCat(" (marks unreadable: ",
+                                             delivered.status().message(), ")")
+                                    .c_str());
+}
+
 void EscalationService::OnDelivery(const DeliveryStatus& status) {
+  if (options_.pair.has_value() && status.kind == "page" && status.state == "delivered")
+    options_.pair->delivered(status.key);
   std::lock_guard<std::mutex> l(mu_);
   if (status.kind == "action") {
     const std::string id = status.key.substr(status.key.find('/') + 1);

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -76,7 +77,31 @@ struct EscalationServiceOptions {
   std::function<std::optional<VerifiedJob>(const std::string& job,
                                            const std::string& node)>
       verified_job;
+  // Cluster mode (docs/SCALING.md): both members of a shard pair escalate
+  // every incident alike, with page keys built from what both see (the
+  // incident's job, culprit and opening time, the round and the channel:
+  // PairPageKey), but only the one that leads sends pages and starts
+  // actions. The other holds its pages for hold_seconds; when it comes to
+  // lead, it sends those the old leader did not deliver. Unset: a single
+  // server, which always sends.
+  struct PairGate {
+    // True while this server leads its pair.
+    std::function<bool()> leading;
+    // A page (outbox key) reached its receiver: marked for the pair.
+    std::function<void(const std::string& key)> delivered;
+    // Every page key the pair's leaders marked as delivered.
+    std::function<absl::StatusOr<absl::flat_hash_set<std::string>>()> delivered_keys;
+    double hold_seconds = 900;
+  };
+  std::optional<PairGate> pair;
 };
+
+// The page key both members of a pair derive for `page_key` (the
+// escalator's "<incident id>/<round>/<channel>[/<user>]") of `incident`:
+// the incident id is replaced by "<job>:<node or nodes>:<gpu>:<opening
+// time in ms>", which does not depend on the order a server numbered its
+// incidents in.
+std::string PairPageKey(const Incident& incident, std::string_view page_key);
 
 // Thread-safe. OnIncidentUpdate is called by DetectionService (under its
 // pipeline lock: it never calls back into detection); the rest from HTTP
@@ -174,6 +199,12 @@ class EscalationService : public IncidentListener {
   // Counters for /metrics.
   Outbox::Counters outbox_counters() const;
 
+  // Cluster mode: this server now leads its pair (`leading`) or not. On
+  // becoming the leader, the held pages the pair's old leader did not
+  // deliver are queued (if the marks cannot be read, all are: receivers
+  // drop a repeat by its key). Without options.pair: no-op.
+  void OnLeadershipChange(bool leading);
+
  private:
   struct Action;
   // Delivers what the escalator asked for (mu_ held).
@@ -221,6 +252,14 @@ class EscalationService : public IncidentListener {
   std::mutex twilio_mu_;
   std::map<std::string, double> twilio_calls_ ABSL_GUARDED_BY(twilio_mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  // Cluster standby: pages held while another member leads.
+  struct HeldPage {
+    double since = 0;
+    OutboxItem item;
+    std::string page_name;
+    std::string incident_id;
+  };
+  std::vector<HeldPage> held_pages_ ABSL_GUARDED_BY(mu_);
 
   std::mutex tick_mu_;
   std::condition_variable tick_cv_;

@@ -37,6 +37,7 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kNoFirstBatch: return "no_first_batch";
     case RejectReason::kTooManyStreams: return "too_many_streams";
     case RejectReason::kDetectionBacklog: return "detection_backlog";
+    case RejectReason::kNotOwner: return "not_owner";
     case RejectReason::kCount: break;
   }
   return "unknown";

@@ -34,6 +34,7 @@ enum class RejectReason {
   kNoFirstBatch,     // no first batch within IngestOptions::first_batch_seconds
   kTooManyStreams,   // IngestOptions::max_streams reached
   kDetectionBacklog, // the frame workers' queue of a batch's shard is full
+  kNotOwner,         // cluster: the batch's job belongs to another shard
   kCount,  // not a reason: the number of reasons
 };
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 
 namespace vigil {
@@ -139,6 +140,8 @@ struct IngestService::StreamState {
   std::shared_ptr<NodeSession> session;
   uint64_t generation = 0;
   uint64_t prev_seq = 0;  // last seq seen on this stream
+  // Ownership::version() when Ack.owners was last sent (cluster); ~0: never.
+  uint64_t owners_version = ~uint64_t{0};
 
   std::vector<Def> defs;                          // by slot
   std::vector<uint32_t> dense_slots;              // local id -> slot
@@ -566,6 +569,43 @@ std::vector<size_t> IngestService::WorkerQueues() const {
   return out;
 }
 
+grpc::Status IngestService::CheckOwner(StreamState& st, NodeSession& session,
+                                       const v1::FrameBatch& batch) {
+  if (batch.frames_size() == 0) return grpc::Status::OK;
+  const v1::Frame& first = batch.frames(0);
+  const cluster::Ownership& ownership = *options_.ownership;
+  // The old owner takes the frame that ends its job; the next ones move.
+  if (!first.job_end().job().empty() && ownership.Owner(first.job_end().job(), st.node).ours)
+    return grpc::Status::OK;
+  cluster::Ownership::Answer owner = ownership.Owner(first.job(), st.node);
+  if (owner.ours) return grpc::Status::OK;
+  options_.metrics->Reject(RejectReason::kNotOwner);
+  const std::string owners = absl::StrJoin(owner.owners, ",");
+  st.context->AddTrailingMetadata("vigil-owners", owners);
+  // The node leaves what this server watched: detection hands it over as a
+  // node that moved away, so it is not read as silent here. No frame of it
+  // is queued (a stream has one batch in flight, acked after its frames ran).
+  if (session.shard >= 0 && workers_ != nullptr) {
+    const int k = session.shard;
+    auto task = [observer = options_.observer, k, node = st.node, job = first.job(),
+                 ts = first.ts()] {
+      FrameView view;
+      view.node = node;
+      view.job = job;
+      view.ts = ts;
+      observer->NodeHandedOver(k, view);
+    };
+    if (!workers_->Submit(k, task)) task();
+    session.shard = -1;
+  }
+  return grpc::Status(
+      grpc::StatusCode::FAILED_PRECONDITION,
+      absl::StrCat("batch ", batch.seq(), ": ",
+                   first.job().empty() ? absl::StrCat("idle node ", st.node)
+                                       : absl::StrCat("job '", first.job(), "'"),
+                   " belongs to shard ", owner.shard, "; stream to ", owners));
+}
+
 grpc::Status IngestService::HandleBatch(StreamState& st,
                                         const v1::FrameBatch& batch,
                                         v1::Ack* ack) {
@@ -634,10 +674,18 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
   ack->set_dropped_samples(0);
   ack->clear_refused_samples();
   ack->clear_refused_reason();
+  ack->clear_owners();
   st.applied = false;
   if (seq <= session.last_applied_seq) {
     metrics.resent_batches.fetch_add(1, std::memory_order_relaxed);
     return grpc::Status::OK;
+  }
+  if (options_.ownership != nullptr) {
+    if (grpc::Status moved = CheckOwner(st, session, batch); !moved.ok()) return moved;
+    if (const uint64_t version = options_.ownership->version(); version != st.owners_version) {
+      for (std::string& owner : options_.ownership->OwnMembers()) ack->add_owners(std::move(owner));
+      st.owners_version = version;
+    }
   }
 
   // Pass 1: validate every frame; record the dictionary slot of each sample.

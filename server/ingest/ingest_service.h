@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/clock.h"
 #include "server/frame_observer.h"
+#include "server/cluster/ownership.h"
 #include "server/ingest/frame_workers.h"
 #include "server/ingest/grpc_security.h"
 #include "server/ingest/ingest_metrics.h"
@@ -39,6 +40,15 @@ struct IngestOptions {
   // Optional: decides whether a stream may report for its Hello.node
   // (node tokens, certificate-bound node names).
   StreamAuthenticator* authenticator = nullptr;
+  // Cluster mode (docs/SCALING.md): which jobs' frames this server takes.
+  // A batch whose first frame is of a job another shard owns (unless it
+  // carries the end of a job owned here) is refused before anything is
+  // stored: FAILED_PRECONDITION, the owners' addresses in the trailing
+  // metadata "vigil-owners", and the node handed over by detection as a
+  // node that moved away (not silent). Acks carry this shard's members
+  // (Ack.owners) on a stream's first ack and when they change. Null: every
+  // batch is taken.
+  const cluster::Ownership* ownership = nullptr;
   // Frames stamped further ahead of clock->Now() are refused.
   double max_future_skew_seconds = 300;
   // Frames older than this (the raw retention) are refused.
@@ -101,6 +111,10 @@ class IngestService final : public v1::Ingest::CallbackService {
                         const v1::Hello& hello, StreamState* state);
   // Releases the node if the stream still holds it.
   void Unregister(const StreamState& state);
+  // Cluster mode: OK when this server takes `batch`; else the refusal to
+  // end the stream with (trailing metadata set, the node handed over).
+  grpc::Status CheckOwner(StreamState& st, NodeSession& session,
+                          const v1::FrameBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu);
   // Validates, applies and acks one batch.
   grpc::Status HandleBatch(StreamState& state, const v1::FrameBatch& batch,
                            v1::Ack* ack);

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
 namespace vigil::agent::testing {
@@ -27,14 +28,16 @@ struct FakeIngestServer::Impl : public v1::Ingest::Service {
     auto it = context->client_metadata().find("authorization");
     if (it != context->client_metadata().end())
       authorization.assign(it->second.data(), it->second.size());
-    grpc::Status status = Serve(stream, authorization, rw);
+    grpc::Status status = Serve(stream, authorization, context, rw);
     std::lock_guard<std::mutex> l(mu);
     contexts.erase(context);
     return status;
   }
 
   grpc::Status Serve(int stream, const std::string& authorization,
+                     grpc::ServerContext* context,
                      grpc::ServerReaderWriter<v1::Ack, v1::FrameBatch>* rw) {
+    bool owners_sent = false;
     std::set<uint32_t> dictionary;
     v1::FrameBatch batch;
     bool first = true;
@@ -63,6 +66,10 @@ struct FakeIngestServer::Impl : public v1::Ingest::Service {
         --refuse;
         return {grpc::StatusCode::ALREADY_EXISTS, "node is taken"};
       }
+      if (first && redirect) {
+        context->AddTrailingMetadata("vigil-owners", absl::StrJoin(owners, ","));
+        return {grpc::StatusCode::FAILED_PRECONDITION, "job belongs to another shard"};
+      }
       first = false;
       if (batch.seq() == reject_seq) {
         reject_seq = 0;
@@ -88,6 +95,10 @@ struct FakeIngestServer::Impl : public v1::Ingest::Service {
       }
       v1::Ack ack;
       ack.set_acked_seq(last_accepted);
+      if (!owners_sent) {
+        for (const std::string& owner : owners) ack.add_owners(owner);
+        owners_sent = true;
+      }
       l.unlock();
       rw->Write(ack);
     }
@@ -104,6 +115,8 @@ struct FakeIngestServer::Impl : public v1::Ingest::Service {
   uint64_t reject_seq = 0;
   int refuse = 0;
   bool hold = false;
+  std::vector<std::string> owners;
+  bool redirect = false;
   int port = 0;
   std::unique_ptr<grpc::Server> server;
 };
@@ -169,6 +182,12 @@ void FakeIngestServer::RefuseStreams(int n) {
 void FakeIngestServer::HoldAcks(bool hold) {
   std::lock_guard<std::mutex> l(impl_->mu);
   impl_->hold = hold;
+}
+
+void FakeIngestServer::SetOwners(std::vector<std::string> owners, bool redirect) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->owners = std::move(owners);
+  impl_->redirect = redirect;
 }
 
 void FakeIngestServer::CancelStreams() {

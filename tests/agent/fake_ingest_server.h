@@ -62,6 +62,10 @@ class FakeIngestServer {
   void HoldAcks(bool hold);
   // Cancels every open stream.
   void CancelStreams();
+  // Cluster mode: each stream's first ack names `owners`; with `redirect`,
+  // every stream is refused at its first batch with FAILED_PRECONDITION and
+  // the owners in the trailing metadata "vigil-owners" instead.
+  void SetOwners(std::vector<std::string> owners, bool redirect);
 
  private:
   struct Impl;

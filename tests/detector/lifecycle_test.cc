@@ -110,13 +110,15 @@ class Fleet {
 
   void Advance(double ts) { pipeline_.AdvanceTime(ts, &updates_); }
 
-  // `node` now reports a job another pipeline watches.
-  void MovedAway(const std::string& node, double ts, JobEndView end = {}) {
+  // `node` now reports a job another pipeline watches (`handed_over`: its
+  // job moved to another server).
+  void MovedAway(const std::string& node, double ts, JobEndView end = {},
+                 bool handed_over = false) {
     FrameView f;
     f.node = node;
     f.ts = ts;
     f.job_end = end;
-    pipeline_.NodeMovedAway(f, &updates_);
+    pipeline_.NodeMovedAway(f, &updates_, handed_over);
   }
 
   // Updates that opened or raised a P0-P2 incident.
@@ -273,6 +275,27 @@ TEST(JobLifecycleTest, NodesMovingToAnotherShardAreNotSilentHere) {
   Fleet empty;
   empty.MovedAway("nobody", kT0);
   EXPECT_TRUE(empty.updates().empty());
+}
+
+// A cluster shard that hands a job over to another server (the job moved
+// with the shard map, docs/SCALING.md) neither reads its nodes as silent
+// nor calls the job ended: it goes on elsewhere. A node handed over and
+// back is watched again.
+TEST(JobLifecycleTest, AJobHandedToAnotherServerEndsQuietly) {
+  Fleet here;
+  Train(here, "llm", 4, kT0, 0, 400);
+  for (int i = 0; i < 4; ++i) here.MovedAway(Node(i), kT0 + 400 + 0.01 * i, {}, true);
+  here.Advance(kT0 + 4000);
+  EXPECT_TRUE(here.Pages().empty()) << here.Describe(here.Pages());
+  EXPECT_TRUE(here.Opened("node_silent").empty());
+  EXPECT_TRUE(here.Opened("job_ended").empty()) << here.Describe(here.updates());
+
+  // Half handed over, half moved to another job: that is an end here.
+  Fleet mixed;
+  Train(mixed, "llm", 4, kT0, 0, 400);
+  for (int i = 0; i < 4; ++i) mixed.MovedAway(Node(i), kT0 + 400 + 0.01 * i, {}, i < 2);
+  mixed.Advance(kT0 + 4000);
+  EXPECT_EQ(mixed.Opened("job_ended").size(), 1u) << mixed.Describe(mixed.updates());
 }
 
 // Recorded traces and old agents: no marker, the nodes just stop (or go on

@@ -41,6 +41,12 @@ std::optional<v1::Ack> IngestClient::Send(const v1::FrameBatch& batch) {
   return ack;
 }
 
+std::string IngestClient::Trailer(const std::string& key) const {
+  const auto& trailers = context_->GetServerTrailingMetadata();
+  auto it = trailers.find(key);
+  return it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
 grpc::Status IngestClient::Finish() {
   stream_->WritesDone();
   v1::Ack ack;

@@ -39,6 +39,8 @@ class IngestClient {
   std::optional<v1::Ack> Send(const v1::FrameBatch& batch);
   // Half-closes the stream and returns the server's final status.
   grpc::Status Finish();
+  // A trailing metadata value of the finished stream ("" when absent).
+  std::string Trailer(const std::string& key) const;
 
  private:
   std::shared_ptr<grpc::Channel> channel_;

@@ -6,6 +6,7 @@
 #include "server/escalation/escalation_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <limits>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -159,6 +161,19 @@ class EscalationServiceTest : public ::testing::Test {
         return VerifiedJob{job_id, node};
       return VerifiedJob{job_id, nodes.front()};
     };
+    if (pair_) {
+      EscalationServiceOptions::PairGate gate;
+      gate.leading = [this] { return leading_.load(); };
+      gate.delivered = [this](const std::string& key) {
+        std::lock_guard<std::mutex> lock(marks_mu_);
+        marks_.insert(key);
+      };
+      gate.delivered_keys = [this]() -> absl::StatusOr<absl::flat_hash_set<std::string>> {
+        std::lock_guard<std::mutex> lock(marks_mu_);
+        return marks_;
+      };
+      o.pair = std::move(gate);
+    }
     service_ = std::make_unique<EscalationService>(o);
     detection_->set_listener(service_.get());
     ASSERT_TRUE(service_->Start().ok());
@@ -206,6 +221,11 @@ class EscalationServiceTest : public ::testing::Test {
   std::mutex verified_mu_;
   std::map<std::string, std::pair<std::string, std::vector<std::string>>>
       verified_;
+  // Cluster pair (EscalationServiceOptions::pair), when pair_ is set.
+  bool pair_ = false;
+  std::atomic<bool> leading_{true};
+  std::mutex marks_mu_;
+  absl::flat_hash_set<std::string> marks_;
 
   FakeClock clock_;
   RecordingTransport transport_;
@@ -265,6 +285,53 @@ TEST_F(EscalationServiceTest, P0PagesPhoneSmsImAtOnceAndAckStopsRepaging) {
   EXPECT_EQ(audit[0]["who"], "bob");
   EXPECT_EQ(audit[1]["who"], "alice");
   EXPECT_EQ(audit[1]["result"], "ok");
+}
+
+// In a pair (docs/SCALING.md) the standby escalates alike but holds its
+// pages; when it comes to lead it sends those the old leader did not
+// deliver, under keys both members derive alike. The leader marks what it
+// delivered, and a standby starts no action.
+TEST_F(EscalationServiceTest, AStandbyHoldsPagesAndSendsWhatTheLeaderDidNotDeliver) {
+  service_->Stop();
+  pair_ = true;
+  leading_ = false;
+  StartService();
+  Verify("llm", "4242", {"n1"});
+  const std::string id =
+      Open(Severity::kP0, "ecc_double_bit", "llm", "n1", {Response::kPauseJob});
+  auto held = [&] {
+    std::vector<std::string> keys;
+    for (const Json& e : service_->Timeline(id))
+      if (e.value("type", "") == "page_held") keys.push_back(e.value("key", ""));
+    return keys;
+  };
+  ASSERT_TRUE(Eventually([&] { return held().size() == 3; })) << Json(service_->Timeline(id)).dump(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(transport_.Matching("").size(), 0u) << "a standby sends nothing";
+  const std::string prefix = absl::StrCat("llm:n1:-:", static_cast<int64_t>(clock_.Now() * 1000), "/1/");
+  std::string phone_key;
+  for (const std::string& key : held()) {
+    EXPECT_TRUE(absl::StartsWith(key, prefix)) << key;
+    if (absl::StrContains(key, "/phone/")) phone_key = key;
+  }
+  ASSERT_FALSE(phone_key.empty());
+  {
+    // The old leader had called before it died.
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    marks_.insert(phone_key + "@voice");
+  }
+  leading_ = true;
+  service_->OnLeadershipChange(true);
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("Messages.json").size() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("slack.test").size() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Calls(), 0u) << "the call the old leader made is not made again";
+  EXPECT_TRUE(transport_.Matching("actuator").empty()) << "the standby started no action";
+  // As leader it marks what it delivers.
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    return marks_.size() == 3;
+  }));
 }
 
 TEST_F(EscalationServiceTest, P0ActionsGoToTheActuatorSignedAndRecordTheAnswer) {

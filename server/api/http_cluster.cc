@@ -1,0 +1,113 @@
+// The cluster's endpoints (docs/SCALING.md): GET /api/v1/cluster, and the
+// fan-out that makes the lists of any server show the whole fleet.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "server/api/http_api.h"
+#include "server/api/http_reply.h"
+#include "server/cluster/fanout.h"
+
+namespace vigil {
+namespace {
+
+using Json = nlohmann::json;
+
+Json MemberJson(const cluster::Member& member) {
+  return {{"shard", member.shard},
+          {"replica", member.replica},
+          {"grpc", member.grpc},
+          {"http", member.http}};
+}
+
+// The request's query with local=1 (the other shards answer for
+// themselves only).
+std::string LocalQuery(const httplib::Request& req) {
+  std::string query = "local=1";
+  for (const auto& [name, value] : req.params) {
+    if (name == "local") continue;
+    absl::StrAppend(&query, "&", httplib::detail::encode_query_param(name), "=",
+                    httplib::detail::encode_query_param(value));
+  }
+  return query;
+}
+
+}  // namespace
+
+void HttpApi::InstallClusterHandlers() {
+  const HttpApiOptions& o = options_;
+  server_->Get("/api/v1/cluster", [&o](const httplib::Request& req, httplib::Response& res) {
+    if (o.cluster == nullptr) return Reply(res, 200, Json{{"mode", "single"}});
+    const cluster::ClusterView view = o.cluster->view();
+    Json members = Json::array();
+    for (const cluster::Member& member : view.map.members()) members.push_back(MemberJson(member));
+    Json shards = Json::array();
+    for (const std::string& shard : view.map.shards()) {
+      Json replicas = Json::array();
+      for (const cluster::Member& member : view.map.MembersOf(shard))
+        replicas.push_back(member.replica);
+      shards.push_back({{"shard", shard}, {"replicas", std::move(replicas)}});
+    }
+    const cluster::Member self = o.cluster->self();
+    Json body = {{"mode", "cluster"},
+                 {"shard", self.shard},
+                 {"replica", self.replica},
+                 {"registered", view.registered},
+                 {"shard_leader", o.cluster->IsShardLeader()},
+                 {"fleet_leader", o.cluster->IsFleetLeader()},
+                 {"shard_leader_replica", view.shard_leader_replica},
+                 {"last_error", view.last_error},
+                 {"members", std::move(members)},
+                 {"shards", std::move(shards)}};
+    if (o.ownership != nullptr && (req.has_param("job") || req.has_param("node"))) {
+      const cluster::Ownership::Answer owner =
+          o.ownership->Owner(req.get_param_value("job"), req.get_param_value("node"));
+      body["owner"] = {{"shard", owner.shard}, {"owners", owner.owners}};
+    }
+    Reply(res, 200, body);
+  });
+}
+
+void HttpApi::ReplyFleetWide(const httplib::Request& req, httplib::Response& res, Json local,
+                             const char* list_key, bool newest_first) const {
+  const HttpApiOptions& o = options_;
+  if (o.cluster == nullptr || o.transport == nullptr || req.get_param_value("local") == "1")
+    return Reply(res, 200, local);
+  const cluster::ClusterView view = o.cluster->view();
+  const std::string self = o.cluster->self().shard;
+  Json& list = local[list_key];
+  for (Json& item : list) item["shard"] = self;
+  Json shards = Json::array({{{"shard", self}, {"ok", true}, {"member", o.cluster->self().replica}}});
+  for (cluster::ShardReply& reply :
+       cluster::FanOut(view.map, self, absl::StrCat(req.path, "?", LocalQuery(req)),
+                       req.get_header_value("Authorization"), *o.transport,
+                       o.fan_out_timeout_seconds)) {
+    Json status = {{"shard", reply.shard}, {"ok", reply.ok}, {"member", reply.member}};
+    if (!reply.ok) status["error"] = reply.error;
+    shards.push_back(std::move(status));
+    if (!reply.ok || !reply.body.contains(list_key) || !reply.body[list_key].is_array()) continue;
+    for (Json& item : reply.body[list_key]) {
+      item["shard"] = reply.shard;
+      list.push_back(std::move(item));
+    }
+  }
+  if (newest_first) {
+    std::stable_sort(list.begin(), list.end(), [](const Json& a, const Json& b) {
+      return a.value("ts", 0.0) > b.value("ts", 0.0);
+    });
+    size_t limit = 100;  // the local list's default
+    if (req.has_param("limit")) (void)absl::SimpleAtoi(req.get_param_value("limit"), &limit);
+    if (limit > 0 && list.size() > limit) {
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(limit), list.end());
+    }
+  }
+  local["shards"] = std::move(shards);
+  Reply(res, 200, local);
+}
+
+}  // namespace vigil
