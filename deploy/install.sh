@@ -31,7 +31,7 @@ dry_run=false
 config_dir=/etc/vigil
 binaries=(server/vigil-server agent/vigil-agent actuator/vigil-actuator
           ctl/vigilctl server/vigil-replay)
-units=(vigil-server vigil-agent vigil-actuator)
+units=(vigil-server vigil-server-cluster vigil-agent vigil-actuator)
 
 # Prints the usage (stdout with status 0 for --help, else stderr and 2).
 usage() {

@@ -17,12 +17,12 @@ set -uo pipefail
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-}
-units=(vigil-server vigil-agent vigil-actuator)
+units=(vigil-server vigil-server-cluster vigil-agent vigil-actuator)
 binaries=(server/vigil-server agent/vigil-agent actuator/vigil-actuator
           ctl/vigilctl server/vigil-replay)
 # Highest acceptable `systemd-analyze security` exposure (0 best, 10 worst).
 # The agent needs the GPU device nodes and sysfs, so it gets a little more.
-declare -A max_exposure=([vigil-server]=2.0 [vigil-actuator]=2.0 [vigil-agent]=2.5)
+declare -A max_exposure=([vigil-server]=2.0 [vigil-server-cluster]=2.0 [vigil-actuator]=2.0 [vigil-agent]=2.5)
 
 command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit 77; }
 
@@ -85,7 +85,7 @@ grep -q 'skipped: creating user vigil' <<<"$install_log" ||
   fail "a staged install must not create the vigil user: $install_log"
 for unit in "${units[@]}"; do
   check
-  grep -q "^ExecStart=$prefix/bin/$unit " "$root/lib/systemd/system/$unit.service" ||
+  grep -q "^ExecStart=$prefix/bin/${unit%-cluster} " "$root/lib/systemd/system/$unit.service" ||
     fail "$unit.service: ExecStart does not use the prefix $prefix"
   check
   if grep -q '/usr/local/' "$root/lib/systemd/system/$unit.service"; then
@@ -165,6 +165,7 @@ common_settings=(
   StandardError=journal)
 declare -A unit_settings=(
   [vigil-server]="User=vigil StateDirectory=vigil PrivateDevices=yes"
+  [vigil-server-cluster]="User=vigil StateDirectory=vigil PrivateDevices=yes EnvironmentFile=/etc/vigil/server.env"
   [vigil-actuator]="User=vigil StateDirectory=vigil-actuator PrivateDevices=yes"
   [vigil-agent]="DynamicUser=yes StateDirectory=vigil-agent PrivateDevices=no DevicePolicy=closed CPUQuota=5% MemoryMax=64M EnvironmentFile=-/etc/vigil/agent.env RuntimeDirectory=vigil")
 for unit in "${units[@]}"; do

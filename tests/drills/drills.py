@@ -5,7 +5,7 @@
   tests/drills/drills.py --build build --write-doc docs/RELIABILITY.md   # the full form
   tests/drills/drills.py --build build --short --only sigkill,partition
 
-Drills: sigkill, partition, receivers, disk, soak (see docs/RELIABILITY.md,
+Drills: sigkill, partition, receivers, disk, soak, cluster (see docs/RELIABILITY.md,
 which --write-doc regenerates from the results of the run). --build is a
 CMake build directory (binaries under server/, agent/, actuator/, ...) or a
 directory holding the binaries themselves. Exit status: 0 when every check
@@ -29,10 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lib  # noqa: E402
+from cluster_drill import drill_cluster  # noqa: E402
 from lib import (Actuator, Agent, DrillError, Env, Receivers, Server, Skip,  # noqa: E402
                  TcpProxy, fill_disk, log, pct, server_config, wait_until)
 
-ORDER = ["sigkill", "partition", "receivers", "disk", "soak"]
+ORDER = ["sigkill", "partition", "receivers", "disk", "soak", "cluster"]
 
 
 class Result:
@@ -830,6 +831,8 @@ DRILLS = {
     "receivers": ("Receivers and actuator down, 429, 500", drill_receivers),
     "disk": ("Disk full and read-only data dir", drill_disk),
     "soak": ("Soak with job churn", drill_soak),
+    "cluster": ("Shards and pairs over etcd: leader killed, pair stopped, shard joined",
+                drill_cluster),
 }
 
 

@@ -1,0 +1,250 @@
+"""The cluster drill (issue 14): real etcd, 2 shards x 2 replicas of
+vigil-server on loopback, simulated agents of 6 jobs. See docs/SCALING.md.
+
+1. SIGKILL the leader of a shard while a P0 is being re-paged: the standby
+   leads within 15 s, re-paging goes on, the receivers see no duplicate
+   idempotency key and no missing round, the incident is still listed.
+2. The API of every live server lists the incidents of every shard.
+3. Stop a whole pair: its jobs move to the other shard and are watched again.
+4. A new shard joins: the jobs it wins move to it, the others stay.
+Throughout: no incident other than the injected faults (a node moving
+between shards must not look dead to the shard it left).
+"""
+import json
+import re
+import shutil
+import time
+
+import lib
+from lib import DrillError, Receivers, Server, Skip, free_port, log, server_config, wait_until
+
+# Re-page every 6 s, long enough to span a failover.
+REPAGE_POLICY = {"steps": [{"targets": ["schedule:primary"], "channels": ["pagerduty", "im"],
+                            "wait_minutes": 0.1, "repeat": 40}]}
+JOBS = ["alpha-r1", "bravo-r1", "charlie-r1", "delta-r1", "echo-r1", "foxtrot-r1",
+        "golf-r1", "hotel-r1", "india-r1", "juliet-r1"]
+FAULT_KINDS = {"ecc_dbe": ("ecc_double_bit",), "loss_nan": ("loss_nan", "grad_nan")}
+
+
+class Etcd:
+    """An etcd cluster of `members` processes on loopback."""
+
+    def __init__(self, env, members):
+        if not shutil.which("etcd"):
+            raise Skip("etcd is not installed (deploy/install-deps.sh installs etcd-server)")
+        ports = [(free_port(), free_port()) for _ in range(members)]
+        initial = ",".join(f"e{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
+        self.endpoints = [f"http://127.0.0.1:{c}" for c, _ in ports]
+        self.procs = []
+        for i, (client, peer) in enumerate(ports):
+            self.procs.append(env.spawn(f"etcd{i}", [
+                "etcd", "--name", f"e{i}", "--data-dir", str(env.dir / f"etcd{i}"),
+                "--listen-client-urls", f"http://127.0.0.1:{client}",
+                "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-cluster", initial, "--initial-cluster-state", "new",
+                "--log-level", "error"]))
+        ok = wait_until(lambda: all(lib.http(e + "/health", timeout=2)[0] == 200
+                                    for e in self.endpoints), 30, 0.2)
+        if not ok:
+            raise DrillError("etcd did not start:\n" + self.procs[0].tail())
+
+
+    def proposals(self):
+        """etcd_server_proposals_committed_total of the first member."""
+        status, body = lib.http(self.endpoints[0] + "/metrics", timeout=3)
+        if status != 200 or not isinstance(body, str):
+            return None
+        return lib.parse_metrics(body).get("etcd_server_proposals_committed_total")
+
+
+class Member(Server):
+    def __init__(self, env, etcd, receivers, shard, replica):
+        cfg = server_config(env, env.dir / f"data-{shard}{replica}", receivers.url)
+        cfg["escalation"]["policies"] = {s: REPAGE_POLICY for s in ("P0", "P1", "P2")}
+        cfg["cluster"] = {
+            "etcd_endpoints": etcd.endpoints, "prefix": "/vigil-drill",
+            "shard": shard, "replica": replica,
+            "advertise_grpc": cfg["grpc_listen"],
+            "advertise_http": "http://" + cfg["http_listen"], "lease_seconds": 5}
+        super().__init__(env, cfg, name=f"server-{shard}{replica}")
+        self.shard, self.replica = shard, replica
+
+    def cluster(self):
+        status, body = self.get("/api/v1/cluster", timeout=3)
+        return body if status == 200 and isinstance(body, dict) else {}
+
+    def local_incidents(self):
+        return self.api("/api/v1/incidents?state=all&limit=10000&local=1")["incidents"]
+
+    def local_jobs(self):
+        status, body = self.get("/api/v1/jobs?local=1", timeout=5)
+        if status != 200 or not isinstance(body, dict):
+            return {}
+        return {j.get("job"): j for j in body.get("jobs", [])}
+
+
+def owner_of(server, job):
+    status, body = server.get(f"/api/v1/cluster?job={job}", timeout=3)
+    if status != 200 or not isinstance(body, dict) or "owner" not in body:
+        raise DrillError(f"/api/v1/cluster?job={job}: {status} {str(body)[:200]}")
+    return body["owner"]["shard"]
+
+
+def receipts_of(receivers, service):
+    return [r for r in receivers.receipts() if r.get("service") == service and r.get("ok")]
+
+
+def page_rounds(keys):
+    """{(incident, channel, user): sorted rounds} from stable page keys
+    '<incident>/<round>/<channel>[/<user>][@receiver]'."""
+    out = {}
+    for key in keys:
+        base = key.split("@")[0]
+        m = re.match(r"^(.*)/(\d+)/([a-z_]+)(?:/([^/]+))?$", base)
+        if not m:
+            continue
+        out.setdefault((m.group(1), m.group(3), m.group(4)), []).append(int(m.group(2)))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def drill_cluster(env, res, short, seed):
+    res.injected = ("SIGKILL of a shard leader while it re-pages a P0; a whole pair stopped; "
+                    "a new shard joining")
+    etcd = Etcd(env, 1 if short else 3)
+    receivers = Receivers(env)
+    receivers.start()
+    servers = {}
+    for shard in ("s0", "s1"):
+        for replica in ("a", "b"):
+            m = Member(env, etcd, receivers, shard, replica)
+            m.start()
+            servers[m.name] = m
+    live = lambda: [s for s in servers.values() if s.proc and s.proc.alive()]  # noqa: E731
+
+    def leaders(shard):
+        return [s for s in live() if s.shard == shard and s.cluster().get("shard_leader")]
+
+    ok = wait_until(lambda: all(len(s.cluster().get("members", [])) == 4 for s in live())
+                    and all(len(leaders(sh)) == 1 for sh in ("s0", "s1")), 30, 0.5)
+    if not ok:
+        raise DrillError("the cluster did not form: " + json.dumps(
+            {s.name: s.cluster() for s in live()})[:600])
+    res.load = f"etcd x{len(etcd.endpoints)}, 2 shards x 2 replicas"
+
+    # Six jobs over both shards, a P0 fault in one job of each shard.
+    any_server = servers["server-s0a"]
+    owners = {job: owner_of(any_server, job) for job in JOBS}
+    by_shard = {sh: [j for j in JOBS if owners[j] == sh] for sh in ("s0", "s1")}
+    if len(by_shard["s0"]) < 2 or len(by_shard["s1"]) < 2:
+        raise DrillError(f"job names do not spread over both shards: {owners}")
+    jobs = by_shard["s0"][:3] + by_shard["s1"][:3]
+    faults = {by_shard["s0"][0]: "ecc_dbe", by_shard["s1"][0]: "loss_nan"}
+    seeds = ",".join(s.grpc for s in servers.values())
+    agents = []
+    for i, job in enumerate(jobs):
+        scenario = faults.get(job, "healthy")
+        agents.append(lib.Agent(env, seeds, f"n{i}", job, scenario=scenario,
+                                fault_node=f"n{i}" if job in faults else None,
+                                fault_at=12 if job in faults else None, seed=seed + i))
+    res.load += f", {len(agents)} simulated 8-GPU nodes of {len(jobs)} jobs: " + ", ".join(
+        f"{j} ({owners[j]}{', ' + faults[j] if j in faults else ''})" for j in jobs)
+
+    # 1. The P0 of the s0 job is re-paged; kill s0's leader in the middle.
+    p0_job = by_shard["s0"][0]
+    p0_kinds = FAULT_KINDS[faults[p0_job]]
+
+    def p0_incident(server):
+        for inc in server.local_incidents():
+            if inc.get("job") == p0_job and inc.get("kind") in p0_kinds:
+                return inc
+        return None
+
+    writes0, t_writes0 = etcd.proposals(), time.time()
+    if not wait_until(lambda: p0_incident(leaders("s0")[0]) is not None, 60, 1):
+        raise DrillError(f"no P0 for {p0_job} on s0's leader")
+    pd_keys = lambda: [r.get("idempotency_key", "") for r in receipts_of(receivers, "pagerduty")]  # noqa: E731
+    if not wait_until(lambda: max((len(v) for v in page_rounds(pd_keys()).values()), default=0)
+                      >= 2, 40, 0.5):
+        raise DrillError(f"the P0 was not re-paged: {pd_keys()}")
+    writes1, t_writes1 = etcd.proposals(), time.time()
+    if writes0 is not None and writes1 is not None:
+        res.fact("etcd raft writes/s, 4 servers steady with a P0 re-paged (proposals committed)",
+                 f"{(writes1 - writes0) / (t_writes1 - t_writes0):.2f} over "
+                 f"{t_writes1 - t_writes0:.0f} s")
+    leader = leaders("s0")[0]
+    standby = next(s for s in live() if s.shard == "s0" and s is not leader)
+    rounds_before = max(len(v) for v in page_rounds(pd_keys()).values())
+    leader.sigkill()
+    t_kill = time.time()
+    took_over = wait_until(lambda: standby.cluster().get("shard_leader"), 30, 0.2)
+    failover = time.time() - t_kill
+    res.check("the standby leads within 15 s of the leader's SIGKILL", took_over and failover <= 15,
+              f"{failover:.1f} s")
+    res.fact("failover: SIGKILL to the standby leading (s)", f"{failover:.1f}")
+    wait_until(lambda: max(len(v) for v in page_rounds(pd_keys()).values()) >= rounds_before + 3,
+               45, 0.5)
+    keys = pd_keys()
+    dups = sorted({k for k in keys if keys.count(k) > 1})
+    rounds = page_rounds(keys)
+    gaps = {f"{k[0]} {k[1]}": v for k, v in rounds.items() if v != list(range(1, len(v) + 1))}
+    res.check("re-paging continued after the failover",
+              max(len(v) for v in rounds.values()) >= rounds_before + 3,
+              f"{rounds_before} rounds before the kill, {max(len(v) for v in rounds.values())} "
+              "after")
+    res.check("receivers saw no duplicate idempotency key", not dups, f"{len(keys)} pages; "
+              f"duplicates: {dups[:5]}")
+    res.check("receivers saw no missing round", not gaps, json.dumps(gaps)[:300] or "rounds 1..n")
+    res.check("the standby still has the P0", p0_incident(standby) is not None, "")
+
+    # 2. One view: every live server lists both shards' incidents.
+    for s in live():
+        status, body = s.get("/api/v1/incidents?state=all&limit=10000")
+        got = {i.get("job") for i in (body or {}).get("incidents", [])} if status == 200 else set()
+        res.check(f"{s.name}'s API lists every shard's incidents",
+                  set(faults) <= got, f"jobs with incidents: {sorted(got)}; shards "
+                  f"{(body or {}).get('shards') if isinstance(body, dict) else body}")
+
+    # 3. Stop the whole s1 pair: its jobs move to s0 and are watched again.
+    s1_jobs = [j for j in jobs if owners[j] == "s1"]
+    t_stop = time.time()
+    for s in [s for s in live() if s.shard == "s1"]:
+        s.proc.stop()
+
+    def watched_on(server, job, since):
+        j = server.local_jobs().get(job)
+        return j is not None and j.get("last_frame_ts", 0) >= since
+
+    moved = wait_until(lambda: all(watched_on(standby, j, t_stop + 1) for j in s1_jobs), 90, 1)
+    res.check("a stopped pair's jobs are watched by the other shard", moved,
+              f"{len(s1_jobs)} jobs; after {time.time() - t_stop:.0f} s")
+    res.fact("whole pair stopped: its jobs watched again after (s)", f"{time.time() - t_stop:.0f}")
+
+    # 4. A new shard joins: the jobs it wins move to it.
+    newcomer = Member(env, etcd, receivers, "s2", "a")
+    newcomer.start()
+    servers[newcomer.name] = newcomer
+    wait_until(lambda: len(standby.cluster().get("members", [])) == 2, 20, 0.5)
+    t_join = time.time()
+    wins = [j for j in jobs if owner_of(standby, j) == "s2"]
+    stays = [j for j in jobs if j not in wins]
+    if wins:
+        moved = wait_until(lambda: all(watched_on(newcomer, j, t_join + 1) for j in wins), 60, 1)
+        res.check("the jobs a joining shard wins move to it", moved,
+                  f"{wins} after {time.time() - t_join:.0f} s")
+    stayed = wait_until(lambda: all(watched_on(standby, j, t_join + 5) for j in stays), 20, 1)
+    res.check("the other jobs stay", stayed, f"{stays}")
+
+    # No false incident anywhere: only the injected faults' kinds.
+    time.sleep(5)
+    allowed = {k for kinds in FAULT_KINDS.values() for k in kinds}
+    stray = []
+    for s in live():
+        for inc in s.local_incidents():
+            if inc.get("kind") not in allowed:
+                stray.append(f"{s.name}: {inc.get('kind')} {inc.get('job')} {inc.get('node')}")
+    res.check("no incident besides the injected faults", not stray, "; ".join(stray[:6]))
+    res.times = "1 SIGKILL, 1 pair stopped, 1 shard joined"
+    for a in agents:
+        a.stop()
