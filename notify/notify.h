@@ -75,6 +75,11 @@ struct Notice {
   // actions "action".
   std::string event;
   std::string incident_id;
+  // What groups a receiver's events of one incident (PagerDuty dedup_key,
+  // the Alertmanager fingerprint): empty for the incident id; in a cluster
+  // pair, the key both members derive alike (docs/SCALING.md), so that the
+  // receiver sees one incident whichever member pages.
+  std::string group_key;
   std::string severity;  // "P0".."P3"
   std::string kind;
   std::string job;

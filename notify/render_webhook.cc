@@ -65,7 +65,8 @@ Rendered RenderPagerDuty(const ReceiverConfig& receiver, const Notice& notice,
   nlohmann::json body = {
       {"routing_key", Setting(receiver, "routing_key")},
       {"event_action", action},
-      {"dedup_key", absl::StrCat("vigil-", notice.incident_id)}};
+      {"dedup_key", absl::StrCat("vigil-", notice.group_key.empty() ? notice.incident_id
+                                                                    : notice.group_key)}};
   if (action == "trigger") {
     std::string component = notice.node;
     if (notice.gpu.has_value()) {
@@ -114,7 +115,9 @@ Rendered RenderAlertmanager(const ReceiverConfig& receiver,
       {"startsAt", Rfc3339(notice.incident_ts)},
       {"endsAt", resolved ? Rfc3339(now) : kAlertmanagerZeroTime},
       {"generatorURL", notice.url},
-      {"fingerprint", HexEncode(Sha256(notice.incident_id)).substr(0, 16)}};
+      {"fingerprint",
+       HexEncode(Sha256(notice.group_key.empty() ? notice.incident_id : notice.group_key))
+           .substr(0, 16)}};
   const nlohmann::json body = {
       {"version", "4"},
       {"groupKey", absl::StrCat("{}:{incident=\"", notice.incident_id, "\"}")},

@@ -260,6 +260,13 @@ absl::Status VigilServer::Start() {
                      key.c_str(), std::string(s.message()).c_str());
     };
     pair.delivered_keys = [m = member.get()] { return m->PagedKeys(); };
+    pair.share_operation = [m = member.get()](const std::string& key, const nlohmann::json& op) {
+      if (absl::Status s = m->ShareOperation(key, op.dump()); !s.ok())
+        std::fprintf(stderr,
+                     "vigil-server: cluster: cannot share %s of %s with the pair: %s\n",
+                     op.value("verb", "").c_str(), key.c_str(), std::string(s.message()).c_str());
+    };
+    pair.self = absl::StrCat(options_.cluster->shard, "/", options_.cluster->replica);
     escalation_options.pair = std::move(pair);
   }
   auto escalation = std::make_unique<EscalationService>(escalation_options);
@@ -377,6 +384,10 @@ absl::Status VigilServer::Start() {
       own->SetMap(view.map);
       esc->OnLeadershipChange(view.shard_leader);
     });
+    cluster_->OnSharedOperations(
+        [esc = escalation_.get()](const std::vector<std::pair<std::string, std::string>>& ops) {
+          esc->ApplySharedOperations(ops);
+        });
     cluster_->Start();
   }
   return absl::OkStatus();

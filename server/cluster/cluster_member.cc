@@ -1,5 +1,6 @@
 #include "server/cluster/cluster_member.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -12,8 +13,8 @@ namespace {
 
 // Members expire this long before etcd would let the standby win.
 constexpr double kLeaderMarginSeconds = 1.0;
-// Page marks outlive any escalation that could still repeat them.
-// Each mark lives at least a day: a new marks lease is taken every hour.
+// Page marks and shared operations outlive any escalation that could
+// still repeat them: each lives at least a day (a new lease every hour).
 constexpr int kMarksLeaseSeconds = 25 * 3600;
 constexpr double kMarksLeaseRotateSeconds = 3600;
 
@@ -253,7 +254,36 @@ ClusterView ClusterMember::Round() {
     }
   }
   view.fleet_leader = Leads(Key("leaders/_fleet"), id_, &view);
+  if (on_operations_ != nullptr) {
+    const std::string prefix = Key(absl::StrCat("safety/ops/", options_.shard, "/"));
+    absl::StatusOr<std::vector<KeyValue>> ops = etcd_->GetPrefix(prefix);
+    if (ops.ok()) {
+      int64_t revision = 0;
+      std::vector<std::pair<std::string, std::string>> shared;
+      for (KeyValue& op : *ops) {
+        revision = std::max(revision, op.mod_revision);
+        shared.emplace_back(op.key.substr(prefix.size()), std::move(op.value));
+      }
+      if (revision > operations_revision_) {
+        operations_revision_ = revision;
+        on_operations_(shared);
+      }
+    } else {
+      view.last_error = std::string(ops.status().message());
+    }
+  }
   return view;
+}
+
+absl::Status ClusterMember::ShareOperation(const std::string& incident_key,
+                                           const std::string& operation) {
+  return PutForADay(Key(absl::StrCat("safety/ops/", options_.shard, "/", incident_key)),
+                    operation);
+}
+
+void ClusterMember::OnSharedOperations(
+    std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback) {
+  on_operations_ = std::move(callback);
 }
 
 ClusterView ClusterMember::view() const {
@@ -271,13 +301,12 @@ bool ClusterMember::IsFleetLeader() const {
   return view_.fleet_leader && clock_->Now() < leader_until_;
 }
 
-absl::Status ClusterMember::MarkPaged(const std::string& key) {
+absl::Status ClusterMember::PutForADay(const std::string& key, const std::string& value) {
   int64_t lease = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (clock_->Now() - marks_lease_granted_ < kMarksLeaseRotateSeconds) lease = marks_lease_;
   }
-  const std::string mark = Key(absl::StrCat("pages/", options_.shard, "/", key));
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (lease == 0) {
       absl::StatusOr<int64_t> granted = etcd_->GrantLease(kMarksLeaseSeconds);
@@ -287,11 +316,15 @@ absl::Status ClusterMember::MarkPaged(const std::string& key) {
       marks_lease_ = lease;
       marks_lease_granted_ = clock_->Now();
     }
-    absl::Status put = etcd_->Put(mark, options_.replica, lease);
+    absl::Status put = etcd_->Put(key, value, lease);
     if (!absl::IsNotFound(put)) return put;
     lease = 0;  // the day's lease ran out: take a new one
   }
-  return absl::UnavailableError("could not keep a lease for page marks");
+  return absl::UnavailableError("could not keep a lease for a day's keys");
+}
+
+absl::Status ClusterMember::MarkPaged(const std::string& key) {
+  return PutForADay(Key(absl::StrCat("pages/", options_.shard, "/", key)), options_.replica);
 }
 
 absl::StatusOr<absl::flat_hash_set<std::string>> ClusterMember::PagedKeys() {

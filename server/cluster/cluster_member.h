@@ -94,8 +94,16 @@ class ClusterMember {
   // Every page key this shard's leaders marked (read at takeover).
   absl::StatusOr<absl::flat_hash_set<std::string>> PagedKeys();
 
-  // The etcd client, for other fleet-wide state.
-  EtcdClient& etcd() { return *etcd_; }
+  // Operators' operations on incidents (acknowledge, unacknowledge,
+  // resolve) are shared by both members of the pair: the member where one
+  // was made stores it under the incident's key (the latest one wins), and
+  // every member's round hands the shard's operations to the callback of
+  // OnSharedOperations whenever one changed. Errors: the etcd client's.
+  absl::Status ShareOperation(const std::string& incident_key, const std::string& operation);
+  // Receives (incident key, operation) pairs on the member's thread. Set
+  // before Start.
+  void OnSharedOperations(
+      std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback);
 
  private:
   ClusterMember(ClusterOptions options, std::unique_ptr<EtcdClient> etcd, Clock* clock);
@@ -104,6 +112,8 @@ class ClusterMember {
   ClusterView Round();
   bool Leads(const std::string& key, const std::string& value, ClusterView* view);
   std::string Key(std::string_view suffix) const;
+  // Puts `key` under a lease that lasts at least a day.
+  absl::Status PutForADay(const std::string& key, const std::string& value);
 
   const ClusterOptions options_;
   const std::unique_ptr<EtcdClient> etcd_;
@@ -122,6 +132,8 @@ class ClusterMember {
   int64_t marks_lease_ ABSL_GUARDED_BY(mu_) = 0;
   double marks_lease_granted_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::function<void(const ClusterView&)>> listeners_;
+  std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_operations_;
+  int64_t operations_revision_ = 0;  // member thread only
   std::thread thread_;
 };
 

@@ -191,17 +191,20 @@ void EscalationService::Handle(const EscalationOutput& out) {
   if (!out.pages.empty() || !out.events.empty()) dirty_ = true;
 }
 
-std::string PairPageKey(const Incident& incident, std::string_view page_key) {
-  std::string_view rest = page_key;
-  if (rest.substr(0, incident.id.size()) == incident.id) rest.remove_prefix(incident.id.size());
+std::string PairIncidentKey(const Incident& incident) {
   const std::string culprit =
       !incident.node.empty() ? incident.node
       : incident.nodes.empty() ? std::string("-")
                                : absl::StrJoin(incident.nodes, "+");
   return absl::StrCat(incident.job.empty() ? "-" : incident.job, ":", culprit, ":",
                       incident.gpu ? absl::StrCat("g", *incident.gpu) : "-", ":",
-                      static_cast<int64_t>(std::llround(incident.ts * 1000)),
-                      std::string(rest));
+                      static_cast<int64_t>(std::llround(incident.ts * 1000)));
+}
+
+std::string PairPageKey(const Incident& incident, std::string_view page_key) {
+  std::string_view rest = page_key;
+  if (rest.substr(0, incident.id.size()) == incident.id) rest.remove_prefix(incident.id.size());
+  return PairIncidentKey(incident) + std::string(rest);
 }
 
 void EscalationService::EnqueuePage(const Page& asked) {
@@ -233,6 +236,7 @@ void EscalationService::EnqueuePage(const Page& asked) {
   Notice notice;
   notice.event = std::string(PageEventName(page.event));
   notice.incident_id = incident.id;
+  if (options_.pair.has_value()) notice.group_key = PairIncidentKey(incident);
   notice.severity = std::string(SeverityName(incident.severity));
   notice.kind = incident.kind;
   notice.job = incident.job;
@@ -402,8 +406,10 @@ void EscalationService::OnDelivery(const DeliveryStatus& status) {
 absl::StatusOr<Json> EscalationService::Operate(std::string_view verb,
                                                 std::string_view id,
                                                 const Identity& who,
-                                                std::string_view comment) {
+                                                std::string_view comment,
+                                                bool shared_in) {
   absl::StatusOr<Json> status;
+  std::string incident_key;  // to share with the pair's other member
   {
     std::lock_guard<std::mutex> l(mu_);
     const double now = options_.clock->Now();
@@ -425,12 +431,55 @@ absl::StatusOr<Json> EscalationService::Operate(std::string_view verb,
       dirty_ = true;
       status = escalator_.StatusOf(id);
       if (status.ok()) (*status)["id"] = std::string(id);
+      if (auto it = incidents_.find(id);
+          options_.pair.has_value() && !shared_in && it != incidents_.end())
+        incident_key = PairIncidentKey(it->second);
     } else {
       status = out.status();
     }
   }
   AddAudit(who, verb, id, comment, status.status());
+  if (!incident_key.empty() && options_.pair->share_operation != nullptr) {
+    options_.pair->share_operation(incident_key, Json{{"verb", std::string(verb)},
+                                                      {"who", who.name},
+                                                      {"comment", std::string(comment)},
+                                                      {"ts", options_.clock->Now()},
+                                                      {"from", options_.pair->self}});
+  }
   return status;
+}
+
+void EscalationService::ApplySharedOperations(
+    const std::vector<std::pair<std::string, std::string>>& operations) {
+  if (!options_.pair.has_value()) return;
+  for (const auto& [key, text] : operations) {
+    const Json op = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!op.is_object() || !op.contains("verb") || !op["verb"].is_string() ||
+        !op.contains("ts") || !op["ts"].is_number())
+      continue;
+    const std::string verb = op["verb"].get<std::string>();
+    if (verb != "acknowledge" && verb != "unacknowledge" && verb != "resolve") continue;
+    const double ts = op["ts"].get<double>();
+    std::string id;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto applied = applied_operations_.find(key);
+      if (applied != applied_operations_.end() && applied->second >= ts) continue;
+      if (op.value("from", "") != options_.pair->self) {  // else made here
+        for (const auto& [incident_id, incident] : incidents_) {
+          if (PairIncidentKey(incident) == key) id = incident_id;
+        }
+        // Not escalated here (yet): tried again at the next change.
+        if (id.empty()) continue;
+      }
+      applied_operations_[key] = ts;
+    }
+    if (id.empty()) continue;  // not (or no longer) escalated here
+    const std::string who =
+        absl::StrCat(op.value("who", "someone"), " (via ", op.value("from", "the pair"), ")");
+    (void)Operate(verb, id, Identity{who, Role::kOperator}, op.value("comment", ""),
+                  /*shared_in=*/true);
+  }
 }
 
 absl::StatusOr<Json> EscalationService::Acknowledge(std::string_view id,

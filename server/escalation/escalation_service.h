@@ -91,10 +91,21 @@ struct EscalationServiceOptions {
     std::function<void(const std::string& key)> delivered;
     // Every page key the pair's leaders marked as delivered.
     std::function<absl::StatusOr<absl::flat_hash_set<std::string>>()> delivered_keys;
+    // An operator acknowledged, unacknowledged or resolved the incident of
+    // `incident_key` (PairIncidentKey) here: tell the other member
+    // (ApplySharedOperations there). May be null.
+    std::function<void(const std::string& incident_key, const nlohmann::json& operation)>
+        share_operation;
+    // This member's name, so it skips its own shared operations.
+    std::string self;
     double hold_seconds = 900;
   };
   std::optional<PairGate> pair;
 };
+
+// What both members of a pair call the same incident:
+// "<job>:<node or nodes>:<gpu>:<opening time in ms>".
+std::string PairIncidentKey(const Incident& incident);
 
 // The page key both members of a pair derive for `page_key` (the
 // escalator's "<incident id>/<round>/<channel>[/<user>]") of `incident`:
@@ -204,6 +215,12 @@ class EscalationService : public IncidentListener {
   // deliver are queued (if the marks cannot be read, all are: receivers
   // drop a repeat by its key). Without options.pair: no-op.
   void OnLeadershipChange(bool leading);
+  // Cluster mode: the operators' operations shared by the pair's members,
+  // as (incident key, operation JSON {"verb", "who", "comment", "ts",
+  // "from"}). Each not applied yet, made elsewhere, is applied to the
+  // local incident of that key (an ack on one member stops the re-pages of
+  // the other); the audit log names the operator "via" the member.
+  void ApplySharedOperations(const std::vector<std::pair<std::string, std::string>>& operations);
 
  private:
   struct Action;
@@ -226,10 +243,13 @@ class EscalationService : public IncidentListener {
   void OpenHaltIncidents();
   // The tick thread's loop; the first tick is due at `first_tick`.
   void TickLoop(double first_tick);
+  // `shared_in`: the operation came from the other member of the pair
+  // (not shared again).
   absl::StatusOr<nlohmann::json> Operate(std::string_view verb,
                                          std::string_view id,
                                          const Identity& who,
-                                         std::string_view comment);
+                                         std::string_view comment,
+                                         bool shared_in = false);
 
   const EscalationServiceOptions options_;
   // Pages, and action webhooks (slow: a checkpoint may take minutes).
@@ -260,6 +280,8 @@ class EscalationService : public IncidentListener {
     std::string incident_id;
   };
   std::vector<HeldPage> held_pages_ ABSL_GUARDED_BY(mu_);
+  // Shared operations applied: incident key -> the latest one's time.
+  std::map<std::string, double> applied_operations_ ABSL_GUARDED_BY(mu_);
 
   std::mutex tick_mu_;
   std::condition_variable tick_cv_;

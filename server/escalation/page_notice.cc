@@ -16,6 +16,7 @@ Json NoticeToJson(const Notice& notice) {
   Json j = {{"key", notice.key},
             {"event", notice.event},
             {"incident_id", notice.incident_id},
+            {"group_key", notice.group_key},
             {"severity", notice.severity},
             {"kind", notice.kind},
             {"job", notice.job},
@@ -39,6 +40,7 @@ absl::StatusOr<Notice> NoticeFromJson(const Json& j) {
   n.key = StringAt(j, "key", "");
   n.event = StringAt(j, "event", "");
   n.incident_id = StringAt(j, "incident_id", "");
+  n.group_key = StringAt(j, "group_key", "");
   n.severity = StringAt(j, "severity", "");
   n.kind = StringAt(j, "kind", "");
   n.job = StringAt(j, "job", "");

@@ -10,6 +10,7 @@ vigil-server on loopback, simulated agents of 6 jobs. See docs/SCALING.md.
 Throughout: no incident other than the injected faults (a node moving
 between shards must not look dead to the shard it left).
 """
+import hashlib
 import json
 import re
 import shutil
@@ -23,6 +24,7 @@ REPAGE_POLICY = {"steps": [{"targets": ["schedule:primary"], "channels": ["pager
                             "wait_minutes": 0.1, "repeat": 40}]}
 JOBS = ["alpha-r1", "bravo-r1", "charlie-r1", "delta-r1", "echo-r1", "foxtrot-r1",
         "golf-r1", "hotel-r1", "india-r1", "juliet-r1"]
+OPERATOR_TOKEN = "drill-operator-token"
 FAULT_KINDS = {"ecc_dbe": ("ecc_double_bit",), "loss_nan": ("loss_nan", "grad_nan")}
 
 
@@ -63,6 +65,8 @@ class Member(Server):
     def __init__(self, env, etcd, receivers, shard, replica):
         cfg = server_config(env, env.dir / f"data-{shard}{replica}", receivers.url)
         cfg["escalation"]["policies"] = {s: REPAGE_POLICY for s in ("P0", "P1", "P2")}
+        cfg["auth"] = {"tokens": [{"name": "alice", "role": "operator",
+                                   "sha256": hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest()}]}
         cfg["cluster"] = {
             "etcd_endpoints": etcd.endpoints, "prefix": "/vigil-drill",
             "shard": shard, "replica": replica,
@@ -198,6 +202,37 @@ def drill_cluster(env, res, short, seed):
     res.check("receivers saw no missing round", not gaps, json.dumps(gaps)[:300] or "rounds 1..n")
     res.check("the standby still has the P0", p0_incident(standby) is not None, "")
 
+    # The killed server comes back as the standby; an acknowledgement made
+    # through it stops the new leader's re-pages (shared through etcd).
+    leader.start()
+    if not wait_until(lambda: p0_incident(leader) is not None
+                      and leader.cluster().get("shard_leader_replica") == standby.replica, 30, 0.5):
+        raise DrillError("the restarted server did not rejoin as standby with the P0")
+    ack_id = p0_incident(leader)["id"]
+    status, body = lib.http(f"{leader.base}/api/v1/incidents/{ack_id}/ack", method="POST",
+                            body={"comment": "drill: on it"},
+                            headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
+    if status != 200:
+        raise DrillError(f"ack through the standby: {status} {body}")
+    t_ack = time.time()
+    acked = wait_until(lambda: (p0_incident(standby) or {}).get("lifecycle") == "acknowledged",
+                       10, 0.2)
+    res.check("an ack made through the standby reaches the leader", acked,
+              f"after {time.time() - t_ack:.1f} s")
+    # PagerDuty hears of the ack ("acknowledge"); no more "trigger" after it.
+    triggers = lambda: [r for r in receipts_of(receivers, "pagerduty")  # noqa: E731
+                        if r.get("fields", {}).get("event_action") == "trigger"
+                        and r.get("idempotency_key", "").startswith(f"{p0_job}:")]
+    time.sleep(3)  # a page already on its way may still land
+    at_ack = len(triggers())
+    time.sleep(15)  # two and a half re-page periods
+    res.check("no re-page after the ack", len(triggers()) == at_ack,
+              f"{at_ack} triggers at the ack, {len(triggers())} 18 s later")
+    dedup = {r["fields"].get("dedup_key") for r in receipts_of(receivers, "pagerduty")
+             if r.get("idempotency_key", "").startswith(f"{p0_job}:")}
+    res.check("PagerDuty sees one incident whichever member paged", len(dedup) == 1,
+              f"dedup keys: {sorted(dedup)}")
+
     # 2. One view: every live server lists both shards' incidents.
     for s in live():
         status, body = s.get("/api/v1/incidents?state=all&limit=10000")
@@ -225,7 +260,9 @@ def drill_cluster(env, res, short, seed):
     newcomer = Member(env, etcd, receivers, "s2", "a")
     newcomer.start()
     servers[newcomer.name] = newcomer
-    wait_until(lambda: len(standby.cluster().get("members", [])) == 2, 20, 0.5)
+    if not wait_until(lambda: "s2" in [s["shard"] for s in standby.cluster().get("shards", [])],
+                      20, 0.5):
+        raise DrillError(f"s2 did not join: {standby.cluster()}")
     t_join = time.time()
     wins = [j for j in jobs if owner_of(standby, j) == "s2"]
     stays = [j for j in jobs if j not in wins]
@@ -245,6 +282,6 @@ def drill_cluster(env, res, short, seed):
             if inc.get("kind") not in allowed:
                 stray.append(f"{s.name}: {inc.get('kind')} {inc.get('job')} {inc.get('node')}")
     res.check("no incident besides the injected faults", not stray, "; ".join(stray[:6]))
-    res.times = "1 SIGKILL, 1 pair stopped, 1 shard joined"
+    res.times = "1 SIGKILL (and restart), 1 ack through the standby, 1 pair stopped, 1 shard joined"
     for a in agents:
         a.stop()

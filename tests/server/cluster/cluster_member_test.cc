@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -171,6 +172,35 @@ TEST_F(EtcdTest, PageMarksAreSharedByThePair) {
   absl::StatusOr<absl::flat_hash_set<std::string>> none = other->PagedKeys();
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
+}
+
+TEST_F(EtcdTest, OperationsAreSharedWithThePairOnly) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> seen_b, seen_other;
+  absl::StatusOr<std::unique_ptr<ClusterMember>> a = ClusterMember::Create(Options("s0", "a"));
+  absl::StatusOr<std::unique_ptr<ClusterMember>> b = ClusterMember::Create(Options("s0", "b"));
+  absl::StatusOr<std::unique_ptr<ClusterMember>> other =
+      ClusterMember::Create(Options("s1", "a"));
+  ASSERT_TRUE(a.ok() && b.ok() && other.ok());
+  (*b)->OnSharedOperations([&](const std::vector<std::pair<std::string, std::string>>& ops) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen_b = ops;
+  });
+  (*other)->OnSharedOperations([&](const std::vector<std::pair<std::string, std::string>>& ops) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen_other = ops;
+  });
+  (*b)->Start();
+  (*other)->Start();
+  ASSERT_TRUE((*a)->ShareOperation("llm:n1:-:1764000000000", R"({"verb":"acknowledge"})").ok());
+  ASSERT_TRUE(WaitFor(5, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen_b.size() == 1;
+  }));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen_b[0].first, "llm:n1:-:1764000000000");
+  EXPECT_EQ(seen_b[0].second, R"({"verb":"acknowledge"})");
+  EXPECT_TRUE(seen_other.empty());
 }
 
 TEST(ClusterOptionsTest, BadOptionsNameTheField) {

@@ -172,6 +172,11 @@ class EscalationServiceTest : public ::testing::Test {
         std::lock_guard<std::mutex> lock(marks_mu_);
         return marks_;
       };
+      gate.share_operation = [this](const std::string& key, const Json& op) {
+        std::lock_guard<std::mutex> lock(marks_mu_);
+        shared_.emplace_back(key, op.dump());
+      };
+      gate.self = "s0/a";
       o.pair = std::move(gate);
     }
     service_ = std::make_unique<EscalationService>(o);
@@ -226,6 +231,7 @@ class EscalationServiceTest : public ::testing::Test {
   std::atomic<bool> leading_{true};
   std::mutex marks_mu_;
   absl::flat_hash_set<std::string> marks_;
+  std::vector<std::pair<std::string, std::string>> shared_;  // share_operation's
 
   FakeClock clock_;
   RecordingTransport transport_;
@@ -332,6 +338,57 @@ TEST_F(EscalationServiceTest, AStandbyHoldsPagesAndSendsWhatTheLeaderDidNotDeliv
     std::lock_guard<std::mutex> lock(marks_mu_);
     return marks_.size() == 3;
   }));
+}
+
+// An acknowledgement made on one member of a pair stops the re-pages of the
+// other; this member's own operations go to the pair, and come back
+// without being applied twice.
+TEST_F(EscalationServiceTest, AnAckOnTheOtherMemberStopsOurRepages) {
+  service_->Stop();
+  pair_ = true;
+  leading_ = true;
+  StartService();
+  const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1", {});
+  ASSERT_TRUE(Eventually([&] { return Calls() == 1; }));
+  const std::string key = absl::StrCat("llm:n1:-:", static_cast<int64_t>(clock_.Now() * 1000));
+  auto lifecycle = [&] {
+    Json incident = {{"id", id}};
+    service_->Decorate(&incident);
+    return incident.value("lifecycle", "");
+  };
+  // Unknown incidents and malformed operations are skipped.
+  service_->ApplySharedOperations({{"other:n9:-:1", R"({"verb": "acknowledge", "ts": 1})"},
+                                   {key, "not json"},
+                                   {key, R"({"verb": "explode", "ts": 1})"}});
+  EXPECT_EQ(lifecycle(), "firing");
+  // Bob acknowledged on member b.
+  service_->ApplySharedOperations(
+      {{key, Json{{"verb", "acknowledge"}, {"who", "bob"}, {"comment", "mine"},
+                  {"ts", clock_.Now()}, {"from", "s0/b"}}.dump()}});
+  EXPECT_EQ(lifecycle(), "acknowledged");
+  clock_.Advance(1200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Calls(), 1u) << "no re-page after the pair's ack";
+  Json audit = service_->Audit(10)["entries"];
+  ASSERT_FALSE(audit.empty());
+  EXPECT_EQ(audit[0]["who"], "bob (via s0/b)");
+  {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    EXPECT_TRUE(shared_.empty()) << "an operation from the pair is not shared back";
+  }
+  // Alice unacknowledges here: shared, and not applied again on read-back.
+  ASSERT_TRUE(service_->Unacknowledge(id, Identity{"alice", Role::kOperator}).ok());
+  std::vector<std::pair<std::string, std::string>> shared;
+  {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    shared = shared_;
+  }
+  ASSERT_EQ(shared.size(), 1u);
+  EXPECT_EQ(shared[0].first, key);
+  EXPECT_EQ(Json::parse(shared[0].second)["verb"], "unacknowledge");
+  const size_t audits = service_->Audit(100)["entries"].size();
+  service_->ApplySharedOperations(shared);
+  EXPECT_EQ(service_->Audit(100)["entries"].size(), audits);
 }
 
 TEST_F(EscalationServiceTest, P0ActionsGoToTheActuatorSignedAndRecordTheAnswer) {
