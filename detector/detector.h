@@ -209,6 +209,17 @@ class Detector {
   // nothing is changed then.
   absl::Status RestoreState(std::string_view data);
 
+  // The learned profiles of `job` and of its family (what a new series of
+  // the job starts its baseline from), to hand to another detector that
+  // takes the job over (a cluster shard, docs/SCALING.md). Binary,
+  // versioned; empty of profiles when none was learned yet. Never fails.
+  std::string ExportProfiles(std::string_view job) const;
+  // Takes profiles from ExportProfiles; a profile already known here is
+  // kept. kInvalidArgument / kFailedPrecondition / kDataLoss for data that
+  // is not an export, of another version, or corrupt; nothing is changed
+  // then.
+  absl::Status ImportProfiles(std::string_view data);
+
   // What has been consumed so far.
   DetectorStats stats() const;
 

@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <regex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "detector/detector_impl.h"
@@ -58,6 +60,10 @@ class Writer {
   std::string* out_;
 };
 
+class Reader;
+void WriteProfile(Writer& w, const std::string& name, const Profile& p);
+absl::Status ReadProfiles(Reader& r, absl::flat_hash_map<std::string, Profile>* out);
+
 class Reader {
  public:
   explicit Reader(std::string_view in) : in_(in) {}
@@ -93,6 +99,58 @@ class Reader {
   std::string_view in_;
   bool ok_ = true;
 };
+
+// One profile: str name, i32 nodes, u32 n x (str metric, u32 m x (f32, f32)).
+void WriteProfile(Writer& w, const std::string& name, const Profile& p) {
+  w.Str(name);
+  w.Put<int32_t>(p.nodes);
+  w.Put<uint32_t>(static_cast<uint32_t>(p.by_metric.size()));
+  for (const auto& [metric, e] : p.by_metric) {
+    w.Str(metric);
+    w.Put<uint32_t>(static_cast<uint32_t>(e.samples.size()));
+    for (const auto& [level, spread] : e.samples) {
+      w.Put<float>(level);
+      w.Put<float>(spread);
+    }
+  }
+}
+
+// A u32 count of profiles, then each as WriteProfile wrote it.
+absl::Status ReadProfiles(Reader& r, absl::flat_hash_map<std::string, Profile>* out) {
+  uint32_t n;
+  if (!r.Count(&n, 4 + 4 + 4)) return absl::DataLossError("corrupt profiles");
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string name;
+    int32_t nodes;
+    uint32_t metrics;
+    if (!r.Str(&name) || !r.Get(&nodes) || !r.Count(&metrics, 8)) {
+      return absl::DataLossError("corrupt snapshot (profiles)");
+    }
+    Profile& p = (*out)[name];
+    p.nodes = nodes;
+    for (uint32_t k = 0; k < metrics; ++k) {
+      std::string metric;
+      uint32_t count;
+      if (!r.Str(&metric) || !r.Count(&count, 8)) {
+        return absl::DataLossError("corrupt snapshot (profile)");
+      }
+      ProfileEntry& e = p.by_metric[metric];
+      for (uint32_t c = 0; c < count; ++c) {
+        float level, spread;
+        if (!r.Get(&level) || !r.Get(&spread)) {
+          return absl::DataLossError("corrupt snapshot (profile samples)");
+        }
+        if (e.samples.size() < detector_internal::kProfileSamples) {
+          e.samples.emplace_back(level, spread);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+constexpr char kProfilesMagic[] = "VGPF";
+constexpr uint32_t kProfilesVersion = 1;
 
 uint64_t KeyHash(const SeriesKey& key) {
   return std::hash<std::string>()(key.ToString());
@@ -144,19 +202,7 @@ absl::Status Detector::SaveState(std::string* out) const {
     out->append(blob);  // already encoded, id first
   }
   w.Put<uint32_t>(static_cast<uint32_t>(m.profiles.size()));
-  for (const auto& [name, p] : m.profiles) {
-    w.Str(name);
-    w.Put<int32_t>(p.nodes);
-    w.Put<uint32_t>(static_cast<uint32_t>(p.by_metric.size()));
-    for (const auto& [metric, e] : p.by_metric) {
-      w.Str(metric);
-      w.Put<uint32_t>(static_cast<uint32_t>(e.samples.size()));
-      for (const auto& [level, spread] : e.samples) {
-        w.Put<float>(level);
-        w.Put<float>(spread);
-      }
-    }
-  }
+  for (const auto& [name, p] : m.profiles) WriteProfile(w, name, p);
   uint32_t runs = 0;
   for (const NodeState& n : m.nodes) runs += !n.free && !n.retired && !n.ended;
   w.Put<uint32_t>(runs);
@@ -232,34 +278,7 @@ absl::Status Detector::RestoreState(std::string_view data) {
     series[id] = std::move(blob);
   }
   absl::flat_hash_map<std::string, Profile> profiles;
-  if (!r.Count(&n, 4 + 4 + 4)) return absl::DataLossError("corrupt profiles");
-  for (uint32_t i = 0; i < n; ++i) {
-    std::string name;
-    int32_t nodes;
-    uint32_t metrics;
-    if (!r.Str(&name) || !r.Get(&nodes) || !r.Count(&metrics, 8)) {
-      return absl::DataLossError("corrupt snapshot (profiles)");
-    }
-    Profile& p = profiles[name];
-    p.nodes = nodes;
-    for (uint32_t k = 0; k < metrics; ++k) {
-      std::string metric;
-      uint32_t count;
-      if (!r.Str(&metric) || !r.Count(&count, 8)) {
-        return absl::DataLossError("corrupt snapshot (profile)");
-      }
-      ProfileEntry& e = p.by_metric[metric];
-      for (uint32_t c = 0; c < count; ++c) {
-        float level, spread;
-        if (!r.Get(&level) || !r.Get(&spread)) {
-          return absl::DataLossError("corrupt snapshot (profile samples)");
-        }
-        if (e.samples.size() < detector_internal::kProfileSamples) {
-          e.samples.emplace_back(level, spread);
-        }
-      }
-    }
-  }
+  if (absl::Status read = ReadProfiles(r, &profiles); !read.ok()) return read;
   absl::flat_hash_map<std::string, Impl::PendingRun> runs;
   if (!r.Count(&n, 8 + 8 * 2 + 8 * 3 + 4 + 1)) {
     return absl::DataLossError("corrupt snapshot (runs)");
@@ -340,6 +359,43 @@ bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
   }
   if (s.aux != kNone) aux[s.aux].diff_level = diff;
   return true;
+}
+
+
+std::string Detector::ExportProfiles(std::string_view job) const {
+  const Impl& m = *impl_;
+  std::string out(kProfilesMagic, 4);
+  Writer w(&out);
+  w.Put<uint32_t>(kProfilesVersion);
+  std::vector<std::string> names = {std::string(job)};
+  if (m.family_re) {
+    std::match_results<std::string_view::const_iterator> match;
+    if (std::regex_match(job.begin(), job.end(), match, *m.family_re) && match.size() > 1 &&
+        match[1].length() > 0)
+      names.push_back(match[1].str());
+  }
+  std::vector<std::pair<const std::string*, const Profile*>> found;
+  for (const std::string& name : names) {
+    auto it = m.profiles.find(name);
+    if (it != m.profiles.end()) found.emplace_back(&it->first, &it->second);
+  }
+  w.Put<uint32_t>(static_cast<uint32_t>(found.size()));
+  for (const auto& [name, p] : found) WriteProfile(w, *name, *p);
+  return out;
+}
+
+absl::Status Detector::ImportProfiles(std::string_view data) {
+  if (data.size() < 8 || data.substr(0, 4) != std::string_view(kProfilesMagic, 4))
+    return absl::InvalidArgumentError("not a profiles export (bad magic)");
+  Reader r(data.substr(4));
+  uint32_t version;
+  if (!r.Get(&version) || version != kProfilesVersion)
+    return absl::FailedPreconditionError("profiles export of another format version");
+  absl::flat_hash_map<std::string, Profile> profiles;
+  if (absl::Status read = ReadProfiles(r, &profiles); !read.ok()) return read;
+  if (!r.done()) return absl::DataLossError("trailing bytes after the profiles");
+  for (auto& [name, p] : profiles) impl_->profiles.try_emplace(name, std::move(p));
+  return absl::OkStatus();
 }
 
 }  // namespace vigil

@@ -86,6 +86,10 @@ class DetectionPipeline : private JobContextSource {
     return detector_.RunningJobs();
   }
 
+  // Detector::ExportProfiles / ImportProfiles.
+  std::string ExportProfiles(std::string_view job) const { return detector_.ExportProfiles(job); }
+  absl::Status ImportProfiles(std::string_view data) { return detector_.ImportProfiles(data); }
+
   // What the pipeline has learned (the detector's baselines and runs, the
   // engine's repeat-offender history) as one binary snapshot, and back.
   // RestoreState: kDataLoss / kFailedPrecondition / kInvalidArgument for a

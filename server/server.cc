@@ -8,12 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "httplib.h"
 #include "server/detection/detection_service.h"
 #include "server/ingest/grpc_security.h"
 #include "escalation/escalation.h"
@@ -40,6 +42,10 @@ constexpr int kKeepaliveTimeoutMs = 10'000;
 // Seconds without a detection tick (every second) after which the server
 // is not working: its dead-man's switch stops beating.
 constexpr double kDetectionStallSeconds = 30;
+// How long a frame worker waits for a moved job's profiles from its old shard.
+constexpr double kProfilesFetchSeconds = 2;
+// Size of a profiles export that holds none (Detector::ExportProfiles).
+constexpr size_t kEmptyProfilesBytes = 12;
 
 // Splits "HOST:PORT" (validated by ValidateServerOptions).
 std::pair<std::string, int> SplitHostPort(const std::string& address) {
@@ -206,7 +212,40 @@ absl::Status VigilServer::Start() {
   detection_options.snapshot_seconds = options_.detection_snapshot_seconds;
   detection_options.restart_resolve_seconds = options_.restart_resolve_seconds;
   detection_options.shards = options_.detection_workers;
-  if (options_.cluster.has_value()) detection_options.id_shard = options_.cluster->shard;
+  if (options_.cluster.has_value()) {
+    detection_options.id_shard = options_.cluster->shard;
+    // A job that moved here (a shard joined or left) starts from the
+    // baselines its previous shard learned, when that shard still answers.
+    detection_options.fetch_profiles =
+        [own = ownership.get(), transport = transport_](
+            const std::string& job) -> std::optional<std::string> {
+      // Both members of the old pair learned the job; the one that has
+      // learned most (the other may have restarted) gives the most.
+      std::optional<std::string> best;
+      std::string from;
+      for (const std::string& base : own->PreviousOwnersHttp(job)) {
+        OutboundRequest request;
+        request.method = "GET";
+        request.url = absl::StrCat(base, "/api/v1/cluster/profiles?job=",
+                                   httplib::detail::encode_query_param(job));
+        const TransportResult result = transport->Send(request, kProfilesFetchSeconds);
+        const nlohmann::json body = nlohmann::json::parse(result.body, nullptr, false);
+        std::string data;
+        if (result.http_status == 200 && body.is_object() && body.contains("profiles") &&
+            body["profiles"].is_string() &&
+            absl::Base64Unescape(body["profiles"].get<std::string>(), &data) &&
+            (!best.has_value() || data.size() > best->size())) {
+          best = std::move(data);
+          from = base;
+        }
+      }
+      if (best.has_value() && best->size() > kEmptyProfilesBytes) {
+        std::fprintf(stderr, "vigil-server: cluster: job %s moved here; took %zu bytes of "
+                     "learned profiles from %s\n", job.c_str(), best->size(), from.c_str());
+      }
+      return best;
+    };
+  }
   // With an actuator, the scheduler is the source of truth on jobs' lives.
   std::unique_ptr<SchedulerQuery> scheduler;
   if (!options_.actuator.url.empty() && options_.scheduler_poll_seconds > 0 &&

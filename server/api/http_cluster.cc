@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
@@ -70,6 +71,15 @@ void HttpApi::InstallClusterHandlers() {
       body["owner"] = {{"shard", owner.shard}, {"owners", owner.owners}};
     }
     Reply(res, 200, body);
+  });
+  // What this server learned of a job (Detector::ExportProfiles), for the
+  // shard that takes the job over.
+  server_->Get("/api/v1/cluster/profiles", [&o](const httplib::Request& req,
+                                               httplib::Response& res) {
+    const std::string job = req.get_param_value("job");
+    if (job.empty()) return ReplyError(res, 400, "parameter 'job': required");
+    const std::string data = o.detection->ExportProfiles(job);
+    Reply(res, 200, Json{{"job", job}, {"profiles", absl::Base64Escape(data)}});
   });
 }
 

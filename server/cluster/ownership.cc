@@ -8,6 +8,9 @@ namespace {
 
 // Cached answers beyond this are dropped wholesale (jobs come and go).
 constexpr size_t kMaxCachedJobs = 100000;
+// Earlier maps remembered for PreviousOwnersHttp: a job moved by one change
+// is still found after a few more (a member restarting, say).
+constexpr size_t kMapHistory = 4;
 
 }  // namespace
 
@@ -17,6 +20,10 @@ Ownership::Ownership(std::string self, const std::string& family_pattern)
 void Ownership::SetMap(const ShardMap& map) {
   std::lock_guard<std::mutex> lock(mu_);
   if (map == map_) return;
+  if (!map_.shards().empty()) {
+    previous_.insert(previous_.begin(), map_);
+    if (previous_.size() > kMapHistory) previous_.pop_back();
+  }
   map_ = map;
   const std::vector<std::string>& shards = map_.shards();
   self_in_map_ = std::find(shards.begin(), shards.end(), self_) != shards.end();
@@ -51,6 +58,31 @@ std::vector<std::string> Ownership::OwnMembers() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;
   for (const Member& member : map_.MembersOf(self_)) out.push_back(member.grpc);
+  return out;
+}
+
+std::vector<std::string> Ownership::PreviousOwnersHttp(std::string_view job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  std::string family = families_.FamilyOf(job);
+  const std::string_view name = family.empty() ? job : std::string_view(family);
+  // Who owns it when this shard is left out: where a job that came to a
+  // joining shard was (rendezvous hashing moves only what the newcomer
+  // wins), even for a server that never saw the map without itself.
+  std::vector<Member> others;
+  for (const Member& member : map_.members()) {
+    if (member.shard != self_) others.push_back(member);
+  }
+  std::vector<ShardMap> candidates = {ShardMap(std::move(others))};
+  candidates.insert(candidates.end(), previous_.begin(), previous_.end());
+  for (const ShardMap& before : candidates) {
+    const std::string owner = before.OwnerOfFamily(name);
+    if (owner.empty() || owner == self_) continue;
+    for (const Member& member : map_.MembersOf(owner)) {
+      if (std::find(out.begin(), out.end(), member.http) == out.end())
+        out.push_back(member.http);
+    }
+  }
   return out;
 }
 

@@ -42,6 +42,11 @@ class Ownership {
   // This server's shard's members' gRPC addresses (for Ack.owners), and a
   // number that changes whenever they may have.
   std::vector<std::string> OwnMembers() const;
+  // Where `job` was watched before it came here: the HTTP base URLs of the
+  // live members of the shard that would own it without this one, then of
+  // those that owned it under the last few maps, when that is not this
+  // server's shard. Empty when the old owners are gone (a lost pair).
+  std::vector<std::string> PreviousOwnersHttp(std::string_view job) const;
   uint64_t version() const;
   const std::string& self() const { return self_; }
 
@@ -53,6 +58,8 @@ class Ownership {
   const JobFamilyMatcher families_;
   mutable std::mutex mu_;
   ShardMap map_ ABSL_GUARDED_BY(mu_);
+  // The maps before map_, newest first (at most kMapHistory).
+  std::vector<ShardMap> previous_ ABSL_GUARDED_BY(mu_);
   bool self_in_map_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::flat_hash_map<std::string, Answer> by_job_ ABSL_GUARDED_BY(mu_);

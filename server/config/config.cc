@@ -307,7 +307,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
     if (auto it = root.find("detection"); it != root.end() &&
         r.CheckObject(*it, "detection",
                       {"enabled", "rules_file", "learn_steps", "k_sigma",
-                       "learn_max_seconds", "rewarm_seconds",
+                       "learn_max_seconds", "rewarm_seconds", "warmup_steps",
+                       "warmup_max_seconds",
                        "family_pattern", "snapshot_seconds",
                        "scheduler_poll_seconds", "await_scheduler_seconds",
                        "restart_resolve_seconds", "workers",
@@ -321,6 +322,10 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                  &o.detector.baseline.learn_max_s);
       r.Integer(*it, "detection", "rewarm_seconds", 0, 3600, 1,
                 &o.detector.lifecycle.rewarm_s);
+      r.Integer(*it, "detection", "warmup_steps", 0, 100'000'000, 1,
+                &o.detector.baseline.warmup_steps);
+      r.Integer(*it, "detection", "warmup_max_seconds", 0, 30 * 86400, 1,
+                &o.detector.baseline.warmup_max_s);
       r.String(*it, "detection", "family_pattern",
                &o.detector.lifecycle.family_pattern);
       r.Integer(*it, "detection", "snapshot_seconds", 0, 86400, 1,

@@ -50,6 +50,7 @@ namespace vigil {
 //    "detection": {"enabled": true, "rules_file": "...",
 //                  "learn_steps": 1000, "k_sigma": 3,
 //                  "learn_max_seconds": 3600, "rewarm_seconds": 90,
+//                  "warmup_steps": 200, "warmup_max_seconds": 600,
 //                  "family_pattern": "^(.*[^-_.])[-_.](?:r|run|...)\\d+$",
 //                  "snapshot_seconds": 60, "scheduler_poll_seconds": 15,
 //                  "await_scheduler_seconds": 45,

@@ -27,6 +27,8 @@ constexpr char kSnapshotKey[] = "detection";
 constexpr char kShardCountKey[] = "detection/shards";
 constexpr char kIdPrefix[] = "inc-";
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Jobs remembered as asked for their profiles (then forgotten wholesale).
+constexpr size_t kMaxProfilesAsked = 100000;
 // Most events read back for one incident's timeline (oldest first).
 constexpr size_t kMaxTimeline = 1000;
 
@@ -301,9 +303,35 @@ void DetectionService::OnFrame(const FrameView& frame) {
   OnFrame(ShardOf(frame.job), frame);
 }
 
+void DetectionService::MaybeFetchProfiles(Shard& shard, std::string_view job) {
+  {
+    std::lock_guard<std::mutex> l(shard.mu);
+    if (shard.profiles_asked.size() >= kMaxProfilesAsked) shard.profiles_asked.clear();
+    if (!shard.profiles_asked.insert(std::string(job)).second) return;
+  }
+  std::optional<std::string> data = options_.fetch_profiles(std::string(job));
+  if (!data.has_value()) return;
+  std::lock_guard<std::mutex> l(shard.mu);
+  if (absl::Status s = shard.pipeline.ImportProfiles(*data); !s.ok()) {
+    std::fprintf(stderr, "vigil-server: profiles of job %s from its previous shard: %s\n",
+                 std::string(job).c_str(), std::string(s.message()).c_str());
+    return;
+  }
+  profiles_imported_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string DetectionService::ExportProfiles(std::string_view job) const {
+  Shard& shard = *shards_[ShardOf(job)];
+  std::lock_guard<std::mutex> l(shard.mu);
+  return shard.pipeline.ExportProfiles(job);
+}
+
 void DetectionService::OnFrame(int k, const FrameView& frame) {
   if (!options_.live) return;
   Shard& shard = *shards_[k];
+  if (options_.fetch_profiles != nullptr && !frame.job.empty()) {
+    MaybeFetchProfiles(shard, frame.job);
+  }
   std::unique_lock<std::mutex> l(shard.mu);
   DetectionPipeline& pipeline = shard.pipeline;
   for (uint32_t id : frame.ids) {

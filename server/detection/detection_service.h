@@ -54,6 +54,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -123,6 +124,13 @@ struct DetectionOptions {
   // Cluster mode: this server's shard, carried by new incident ids
   // ("inc-s0-000001") so ids stay unique across the fleet's merged view.
   std::string id_shard;
+  // Cluster mode: the learned profiles of a job another shard watched
+  // before (Detector::ExportProfiles there), or nullopt. Asked once per job,
+  // on the worker of its detection shard before its first frame here, so
+  // that the job's new series start from its baselines (a job moved by a
+  // shard joining or leaving). May block (briefly: a request to the old
+  // owner). Null: never asked.
+  std::function<std::optional<std::string>(const std::string& job)> fetch_profiles;
 };
 
 // Which incidents ListIncidents returns; every set condition must hold.
@@ -214,6 +222,12 @@ class DetectionService : public FrameObserver {
   void OnFrame(int shard, const FrameView& frame);
   // As OnFrame(ShardOf(frame.job), frame).
   void OnFrame(const FrameView& frame) override;
+  // The learned profiles of `job` (Detector::ExportProfiles), for the
+  // cluster shard that takes the job over.
+  std::string ExportProfiles(std::string_view job) const;
+  // Profiles imported from other shards so far.
+  uint64_t profiles_imported() const { return profiles_imported_.load(); }
+
   // The frame's node now reports a job of another shard; `shard` is the
   // one that watched its previous job (DetectionPipeline::NodeMovedAway).
   // `handed_over`: its job moved to another server of the cluster. No-op
@@ -285,7 +299,12 @@ class DetectionService : public FrameObserver {
     std::vector<IncidentUpdate> updates ABSL_GUARDED_BY(mu);
     // Whether a frame has been seen (liveness is judged after the first).
     bool seen_frame ABSL_GUARDED_BY(mu) = false;
+    // Jobs whose profiles were asked for (options.fetch_profiles).
+    absl::flat_hash_set<std::string> profiles_asked ABSL_GUARDED_BY(mu);
   };
+  // Imports `job`'s profiles from options.fetch_profiles the first time the
+  // job is seen (takes shard.mu; call without it).
+  void MaybeFetchProfiles(Shard& shard, std::string_view job);
   // Hands the repeat-offender implications shard `from` made to the other
   // shards (call without any shard lock held).
   void ShareImplications(int from);
@@ -370,6 +389,7 @@ class DetectionService : public FrameObserver {
   std::atomic<uint64_t> counters_primed_{0};
   std::atomic<uint64_t> restart_resolved_{0};
   std::atomic<uint64_t> frames_{0};
+  std::atomic<uint64_t> profiles_imported_{0};
   std::atomic<uint64_t> snapshots_{0}, snapshot_errors_{0}, snapshot_bytes_{0};
   bool restored_ = false;  // set by Start() only
   std::array<std::atomic<uint64_t>, 5> updates_by_type_{};

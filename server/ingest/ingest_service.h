@@ -113,8 +113,9 @@ class IngestService final : public v1::Ingest::CallbackService {
   void Unregister(const StreamState& state);
   // Cluster mode: OK when this server takes `batch`; else the refusal to
   // end the stream with (trailing metadata set, the node handed over).
+  // Called with session.mu held.
   grpc::Status CheckOwner(StreamState& st, NodeSession& session,
-                          const v1::FrameBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.mu);
+                          const v1::FrameBatch& batch);
   // Validates, applies and acks one batch.
   grpc::Status HandleBatch(StreamState& state, const v1::FrameBatch& batch,
                            v1::Ack* ack);

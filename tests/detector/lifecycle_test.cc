@@ -448,6 +448,49 @@ TEST(JobLifecycleTest, ContinuationStartsFromTheFamilysBaseline) {
   EXPECT_TRUE(slowdown) << f.Describe(f.updates());
 }
 
+// A job moved to another detector (a cluster shard joining, docs/SCALING.md)
+// takes its learned profiles along: on the new detector its series start
+// from them (inherited) and a slowdown soon after the move is caught; on a
+// detector without them they are still learning. Bad exports are refused.
+TEST(JobLifecycleTest, ProfilesCarryAJobsBaselinesToAnotherDetector) {
+  DetectorOptions o;
+  o.baseline.learn_steps = 300;
+  Fleet old_owner(o);
+  Train(old_owner, "gpt13b-r1", 2, kT0, 0, 700);
+  const std::string profiles = old_owner.pipeline().ExportProfiles("gpt13b-r1");
+  EXPECT_GT(profiles.size(), 100u);
+  EXPECT_EQ(Fleet(o).pipeline().ExportProfiles("gpt13b-r1").size(), 12u) << "none learned";
+
+  Fleet new_owner(o), blank(o);
+  ASSERT_TRUE(new_owner.pipeline().ImportProfiles(profiles).ok());
+  NodeFrame slow;
+  slow.tokens = 16000 * 0.8;
+  slow.step_time = 1.25;
+  for (Fleet* f : {&new_owner, &blank}) {
+    Train(*f, "gpt13b-r1", 2, kT0 + 700, 700, 120);
+    Train(*f, "gpt13b-r1", 2, kT0 + 820, 820, 60, slow);
+  }
+  const uint32_t tokens = new_owner.Id("gpt13b-r1", Node(0), "train_tokens_per_second", -1);
+  std::optional<SeriesBaseline> carried = new_owner.pipeline().Baseline(tokens);
+  ASSERT_TRUE(carried.has_value());
+  EXPECT_TRUE(carried->usable);
+  auto slowdown = [](const Fleet& f) {
+    for (const IncidentUpdate& u : f.Pages())
+      if (u.incident.kind == "throughput_drop") return true;
+    return false;
+  };
+  EXPECT_TRUE(slowdown(new_owner)) << new_owner.Describe(new_owner.updates());
+  EXPECT_FALSE(slowdown(blank)) << "without the profiles the job is still learning";
+
+  EXPECT_TRUE(absl::IsInvalidArgument(blank.pipeline().ImportProfiles("nonsense")));
+  std::string cut = profiles;
+  cut.resize(cut.size() - 3);
+  EXPECT_FALSE(blank.pipeline().ImportProfiles(cut).ok());
+  std::string other_version = profiles;
+  other_version[4] = 9;
+  EXPECT_TRUE(absl::IsFailedPrecondition(blank.pipeline().ImportProfiles(other_version)));
+}
+
 // No blind youth: a job of 45-s steps (10-s frames) that slows by 20 % at
 // step 300 is reported, long before its 1000 steps (12.5 h) of learning.
 TEST(JobLifecycleTest, SlowStepsTwentyPercentAtStep300) {

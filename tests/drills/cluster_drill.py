@@ -65,6 +65,10 @@ class Member(Server):
     def __init__(self, env, etcd, receivers, shard, replica):
         cfg = server_config(env, env.dir / f"data-{shard}{replica}", receivers.url)
         cfg["escalation"]["policies"] = {s: REPAGE_POLICY for s in ("P0", "P1", "P2")}
+        # Baselines learned within the drill (20 steps of 1 s), so that a
+        # job moving to a joining shard has some to take along.
+        cfg["detection"] = {"learn_steps": 20, "learn_max_seconds": 20, "warmup_steps": 5,
+                            "warmup_max_seconds": 10, "rewarm_seconds": 5}
         cfg["auth"] = {"tokens": [{"name": "alice", "role": "operator",
                                    "sha256": hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest()}]}
         cfg["cluster"] = {
@@ -270,6 +274,29 @@ def drill_cluster(env, res, short, seed):
         moved = wait_until(lambda: all(watched_on(newcomer, j, t_join + 1) for j in wins), 60, 1)
         res.check("the jobs a joining shard wins move to it", moved,
                   f"{wins} after {time.time() - t_join:.0f} s")
+        # The jobs s0 ran from the start had learned baselines there; those
+        # that came from the stopped pair had not had time to on s0.
+        carried = [j for j in wins if owners[j] == "s0"]
+
+        def baselines():
+            out = []
+            for job in carried:
+                node = next(a.node for a in agents if a.job == job)
+                for series in newcomer.api(
+                        f"/api/v1/series?metric=gpu_power_watts&node={node}")["series"]:
+                    out.append(newcomer.api(f"/api/v1/baseline?series={series['id']}"))
+            return out
+        # Past the node's re-warm on its new shard, its series take samples.
+        wait_until(lambda: all(b.get("evaluated", 0) > 0 for b in baselines()), 30, 1)
+        sources = {}
+        for b in baselines():
+            sources[b.get("source")] = sources.get(b.get("source"), 0) + 1
+        if carried:
+            res.check("they keep their baselines (their series start from the old shard's)",
+                      sources.get("inherited", 0) + sources.get("learned", 0) > 0
+                      and sources.get("learning", 0) == 0,
+                      f"{carried}: baseline source of their gpu_power_watts series on s2: "
+                      f"{sources}")
     stayed = wait_until(lambda: all(watched_on(standby, j, t_join + 5) for j in stays), 20, 1)
     res.check("the other jobs stay", stayed, f"{stays}")
 

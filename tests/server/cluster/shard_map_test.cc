@@ -137,6 +137,33 @@ TEST(OwnershipTest, AResumedJobStaysWithItsFamilyAndOwnersAreThePair) {
   EXPECT_EQ(ownership.Owner("", "n7").shard, map.OwnerOfIdleNode("n7"));
 }
 
+TEST(OwnershipTest, AMovedJobsPreviousOwnersAreFound) {
+  // s2 joins s0 and s1: the jobs it wins were s0's or s1's.
+  Ownership newcomer("s2", kFamilyPattern);
+  ShardMap before({M("s0", "a"), M("s0", "b"), M("s1", "a")});
+  ShardMap after({M("s0", "a"), M("s0", "b"), M("s1", "a"), M("s2", "a")});
+  newcomer.SetMap(after);
+  int moved = 0;
+  for (int i = 0; i < 60; ++i) {
+    const std::string job = absl::StrCat("job", i, "-r1");
+    if (!newcomer.Owner(job, "n").ours) continue;
+    ++moved;
+    const std::vector<std::string> from = newcomer.PreviousOwnersHttp(job);
+    const std::string old_shard = before.OwnerOfFamily(absl::StrCat("job", i));
+    ASSERT_FALSE(from.empty()) << job;
+    EXPECT_EQ(from.front(), absl::StrCat("http://", old_shard, "a:8080")) << job;
+    if (old_shard == "s0") EXPECT_EQ(from.size(), 2u) << "both members of the pair";
+  }
+  EXPECT_GT(moved, 5);
+  // A whole pair lost: its jobs have no previous owner left to ask.
+  Ownership survivor("s0", kFamilyPattern);
+  survivor.SetMap(ShardMap({M("s0", "a"), M("s1", "a")}));
+  survivor.SetMap(ShardMap({M("s0", "a")}));
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(survivor.PreviousOwnersHttp(absl::StrCat("job", i, "-r1")).empty());
+  }
+}
+
 TEST(OwnershipTest, ANewMapInvalidatesCachedAnswers) {
   Ownership ownership("s0", kFamilyPattern);
   ownership.SetMap(ShardMap({M("s0", "a")}));
