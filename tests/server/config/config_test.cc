@@ -69,6 +69,52 @@ TEST(ConfigTest, DetectionKeys) {
       << s;
 }
 
+TEST(ConfigTest, WarmupKeys) {
+  ServerOptions options;
+  ASSERT_TRUE(ParseServerConfig(R"({"detection": {"warmup_steps": 5, "warmup_max_seconds": 10}})",
+                                &options)
+                  .ok());
+  EXPECT_EQ(options.detector.baseline.warmup_steps, 5);
+  EXPECT_EQ(options.detector.baseline.warmup_max_s, 10);
+  absl::Status s = ParseServerConfig(R"({"detection": {"warmup_steps": -1}})", &options);
+  EXPECT_NE(std::string(s.message()).find("detection.warmup_steps"), std::string::npos) << s;
+}
+
+// The cluster section: read as given (flags may complete it), checked as a
+// whole by ValidateServerOptions; bad keys and values name their path.
+TEST(ConfigTest, ClusterSection) {
+  ServerOptions options;
+  options.memory = true;
+  options.grpc_insecure = true;
+  absl::Status s = ParseServerConfig(R"({"cluster": {
+    "etcd_endpoints": ["http://127.0.0.1:2379"], "prefix": "/v", "shard": "s0",
+    "replica": "a", "advertise_grpc": "h:7070", "advertise_http": "http://h:8080",
+    "lease_seconds": 6, "poll_seconds": 2}})",
+                                     &options);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(options.cluster.has_value());
+  EXPECT_EQ(options.cluster->shard, "s0");
+  EXPECT_EQ(options.cluster->lease_seconds, 6);
+  EXPECT_EQ(options.cluster->poll_seconds, 2);
+  EXPECT_TRUE(ValidateServerOptions(options).ok()) << ValidateServerOptions(options);
+
+  ServerOptions bad;
+  s = ParseServerConfig(R"({"cluster": {"lease_seconds": 1, "shard": 7, "etcd": []}})", &bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  for (const char* path : {"cluster.lease_seconds", "cluster.shard", "cluster.etcd"}) {
+    EXPECT_NE(std::string(s.message()).find(path), std::string::npos) << path << ": " << s;
+  }
+  // Without shard and replica (no flags gave them) the server refuses.
+  ServerOptions incomplete;
+  incomplete.memory = true;
+  incomplete.grpc_insecure = true;
+  ASSERT_TRUE(
+      ParseServerConfig(R"({"cluster": {"etcd_endpoints": ["http://e:2379"]}})", &incomplete)
+          .ok());
+  s = ValidateServerOptions(incomplete);
+  EXPECT_NE(std::string(s.message()).find("cluster.shard"), std::string::npos) << s;
+}
+
 TEST(ConfigTest, ReportsEveryErrorWithItsPath) {
   ServerOptions options;
   options.data_dir = "/keep";
