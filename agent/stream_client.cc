@@ -295,8 +295,10 @@ double StreamClient::AfterStream(int code, const std::string& message,
     ++stats_.redirects;
     Log(absl::StrCat("server ", server_, " does not own this node's job (", message,
                      "); its owners: ", absl::StrJoin(owners, ", ")));
+    // Not at once: while a map change spreads, two servers may send the
+    // agent to each other for a poll or so.
     backoff_ = options_.initial_backoff_seconds;
-    return 0;
+    return backoff_;
   }
   if (acked) backoff_ = options_.initial_backoff_seconds;
   double wait =
