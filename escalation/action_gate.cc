@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -72,7 +73,7 @@ void ActionGate::Prune(double now) {
 }
 
 ActionDecision ActionGate::Decide(const ActionRequest& request, int job_nodes,
-                                  bool approved, double now) {
+                                  bool approved, double now, SharedBreaker* shared) {
   const std::string what = Describe(request);
   const std::string& action = request.action;
   if (action == "diagnostic_report" || action == "uncordon_node") {
@@ -127,11 +128,17 @@ ActionDecision ActionGate::Decide(const ActionRequest& request, int job_nodes,
                                  "agents only claim it)"));
   }
   Prune(now);
-  return DecideBreaker(request, job_nodes, now);
+  return DecideBreaker(request, job_nodes, approved, now, shared);
+}
+
+void ActionGate::Trip(std::string reason) {
+  tripped_ = true;
+  trip_reason_ = std::move(reason);
 }
 
 ActionDecision ActionGate::DecideBreaker(const ActionRequest& request,
-                                         int job_nodes, double now) {
+                                         int job_nodes, bool approved,
+                                         double now, SharedBreaker* shared) {
   const std::string what = Describe(request);
   const double window_minutes = config_.window_seconds / 60;
   auto trip = [&](std::string reason) {
@@ -139,12 +146,32 @@ ActionDecision ActionGate::DecideBreaker(const ActionRequest& request,
     trip_reason_ = reason;
     return Decision(ActionVerdict::kHalted, std::move(reason), true);
   };
+  // The fleet-wide count, asked last: only for an action this gate would
+  // run and count. Nullopt: go on; else the decision.
+  auto ask_fleet = [&](bool cordon) -> std::optional<ActionDecision> {
+    if (shared == nullptr) return std::nullopt;
+    const int limit = cordon ? config_.max_cordons : config_.max_pauses;
+    absl::StatusOr<bool> taken = shared->Take(cordon, limit, config_.window_seconds);
+    if (!taken.ok()) {
+      if (approved) return std::nullopt;
+      return Decision(ActionVerdict::kNeedsApproval,
+                      absl::StrCat(what,
+                                   " waits for a human approval: the fleet-wide "
+                                   "circuit breaker cannot be asked (",
+                                   taken.status().message(), ")"));
+    }
+    if (*taken) return std::nullopt;
+    return trip(absl::StrCat("circuit breaker: the fleet's servers together ran ",
+                             limit, cordon ? " cordons" : " pauses", " in the last ",
+                             window_minutes, " min (max ", limit, ")"));
+  };
   if (request.action != "cordon_node") {
     if (static_cast<int>(pause_times_.size()) >= config_.max_pauses) {
       return trip(absl::StrCat("circuit breaker: ", pause_times_.size(),
                                " pauses in the last ", window_minutes,
                                " min (max ", config_.max_pauses, ")"));
     }
+    if (std::optional<ActionDecision> fleet = ask_fleet(false)) return *fleet;
     pause_times_.push_back(now);
     return Decision(ActionVerdict::kRun,
                     absl::StrCat(what, " (", pause_times_.size(), " of ",
@@ -175,6 +202,7 @@ ActionDecision ActionGate::DecideBreaker(const ActionRequest& request,
           " nodes (max ", allowed, ", ", config_.max_job_node_percent, "%)"));
     }
   }
+  if (std::optional<ActionDecision> fleet = ask_fleet(true)) return *fleet;
   cordon_times_.push_back(now);
   cordoned_[request.job].insert(request.node);
   return Decision(ActionVerdict::kRun,

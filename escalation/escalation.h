@@ -402,6 +402,20 @@ struct ActionDecision {
   bool tripped = false;
 };
 
+// The circuit breaker's count shared with other servers (cluster mode,
+// docs/SCALING.md): a cordon or pause that one gate would count must also
+// take one of the fleet's slots, so that all servers together stay within
+// the limits.
+class SharedBreaker {
+ public:
+  virtual ~SharedBreaker() = default;
+  // Takes one of `limit` slots of cordons (`cordon`) or pauses for
+  // `window_seconds`: true when taken, false when the fleet already holds
+  // `limit`. An error when it cannot be known (the shared store is
+  // unreachable).
+  virtual absl::StatusOr<bool> Take(bool cordon, int limit, double window_seconds) = 0;
+};
+
 // Interlocks for automatic actions: dry-run, approval by severity and a
 // circuit breaker over cordons and pauses. Pure; not thread-safe.
 class ActionGate {
@@ -416,8 +430,18 @@ class ActionGate {
   // kHalted until Reset(); diagnostic_report and uncordon_node are never
   // halted. An unknown action, or a cordon naming no node, is kHalted
   // without tripping.
+  //
+  // With `shared` (cluster mode), a cordon or pause this gate would count
+  // runs only if it also takes a fleet-wide slot: when the fleet is full
+  // the breaker trips here too; when the fleet cannot be asked, an action
+  // not yet approved waits for a human approval, and an approved one runs
+  // (a human decided), both saying so.
   ActionDecision Decide(const ActionRequest& request, int job_nodes,
-                        bool approved, double now);
+                        bool approved, double now,
+                        SharedBreaker* shared = nullptr);
+  // Opens the breaker because another server's did (cluster mode): every
+  // later cordon/pause is kHalted with `reason` until Reset().
+  void Trip(std::string reason);
   // Closes the breaker (an admin decided the storm is over) and forgets the
   // cordons and pauses counted up to `now`; nodes stay cordoned.
   void Reset(double now);
@@ -434,7 +458,7 @@ class ActionGate {
   void Prune(double now);
   // Decides a cordon or pause that no mode or approval rule stopped.
   ActionDecision DecideBreaker(const ActionRequest& request, int job_nodes,
-                               double now);
+                               bool approved, double now, SharedBreaker* shared);
 
   InterlockConfig config_;
   // Times of counted (kRun) cordons and pauses, oldest first.

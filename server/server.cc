@@ -24,6 +24,7 @@
 #include "server/fleet/fleet_view.h"
 #include "server/api/http_api.h"
 #include "server/cluster/cluster_member.h"
+#include "server/escalation/cluster_link.h"
 #include "server/cluster/ownership.h"
 #include "server/ingest/ingest_service.h"
 #include "server/remote_write/remote_write.h"
@@ -291,22 +292,8 @@ absl::Status VigilServer::Start() {
     return view->FindVerifiedJob(job, node);
   };
   if (member != nullptr) {
-    EscalationServiceOptions::PairGate pair;
-    pair.leading = [m = member.get()] { return m->IsShardLeader(); };
-    pair.delivered = [m = member.get()](const std::string& key) {
-      if (absl::Status s = m->MarkPaged(key); !s.ok())
-        std::fprintf(stderr, "vigil-server: cluster: cannot mark page %s delivered: %s\n",
-                     key.c_str(), std::string(s.message()).c_str());
-    };
-    pair.delivered_keys = [m = member.get()] { return m->PagedKeys(); };
-    pair.share_operation = [m = member.get()](const std::string& key, const nlohmann::json& op) {
-      if (absl::Status s = m->ShareOperation(key, op.dump()); !s.ok())
-        std::fprintf(stderr,
-                     "vigil-server: cluster: cannot share %s of %s with the pair: %s\n",
-                     op.value("verb", "").c_str(), key.c_str(), std::string(s.message()).c_str());
-    };
-    pair.self = absl::StrCat(options_.cluster->shard, "/", options_.cluster->replica);
-    escalation_options.pair = std::move(pair);
+    escalation_options.pair = PairGateOf(member.get());
+    escalation_options.fleet = FleetSafetyOf(member.get());
   }
   auto escalation = std::make_unique<EscalationService>(escalation_options);
   VIGIL_RETURN_IF_ERROR(escalation->Start());
@@ -423,10 +410,7 @@ absl::Status VigilServer::Start() {
       own->SetMap(view.map);
       esc->OnLeadershipChange(view.shard_leader);
     });
-    cluster_->OnSharedOperations(
-        [esc = escalation_.get()](const std::vector<std::pair<std::string, std::string>>& ops) {
-          esc->ApplySharedOperations(ops);
-        });
+    ConnectToMember(cluster_.get(), escalation_.get());
     cluster_->Start();
   }
   return absl::OkStatus();

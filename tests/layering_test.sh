@@ -32,7 +32,7 @@ fleet        config|frame_observer
 detection    fleet|frame_observer
 health       -
 delivery     -
-escalation   config|delivery|detection|fleet
+escalation   config|cluster|delivery|detection|fleet
 api          config|cluster|ingest|detection|fleet|escalation
 replay       -
 PARTS

@@ -1,6 +1,7 @@
 #include "server/cluster/cluster_member.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <utility>
 
@@ -272,7 +273,57 @@ ClusterView ClusterMember::Round() {
       view.last_error = std::string(ops.status().message());
     }
   }
+  if (on_fleet_state_ != nullptr) {
+    const std::string prefix = Key("safety/fleet/");
+    absl::StatusOr<std::vector<KeyValue>> entries = etcd_->GetPrefix(prefix);
+    if (entries.ok()) {
+      std::pair<int64_t, size_t> seen{0, entries->size()};
+      std::vector<std::pair<std::string, std::string>> state;
+      for (KeyValue& entry : *entries) {
+        seen.first = std::max(seen.first, entry.mod_revision);
+        state.emplace_back(entry.key.substr(prefix.size()), std::move(entry.value));
+      }
+      if (seen != fleet_state_seen_) {
+        fleet_state_seen_ = seen;
+        on_fleet_state_(state);
+      }
+    } else {
+      view.last_error = std::string(entries.status().message());
+    }
+  }
   return view;
+}
+
+absl::Status ClusterMember::ShareFleetState(const std::string& name, const std::string& value) {
+  return etcd_->Put(Key(absl::StrCat("safety/fleet/", name)), value);
+}
+
+void ClusterMember::OnFleetState(
+    std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback) {
+  on_fleet_state_ = std::move(callback);
+}
+
+absl::StatusOr<bool> ClusterMember::TakeRemediationSlot(const std::string& kind, int limit,
+                                                        double window_seconds) {
+  if (limit <= 0) return false;
+  absl::StatusOr<int64_t> lease =
+      etcd_->GrantLease(std::max(1, static_cast<int>(std::ceil(window_seconds))));
+  if (!lease.ok()) return lease.status();
+  for (int slot = 0; slot < limit; ++slot) {
+    absl::StatusOr<bool> taken = etcd_->CreateIfAbsent(
+        Key(absl::StrCat("safety/slots/", kind, "/", slot)), id_, *lease);
+    if (!taken.ok()) {
+      (void)etcd_->RevokeLease(*lease);
+      return taken.status();
+    }
+    if (*taken) return true;
+  }
+  (void)etcd_->RevokeLease(*lease);
+  return false;
+}
+
+absl::Status ClusterMember::ClearRemediationSlots() {
+  return etcd_->DeletePrefix(Key("safety/slots/"));
 }
 
 absl::Status ClusterMember::ShareOperation(const std::string& incident_key,

@@ -105,6 +105,27 @@ class ClusterMember {
   void OnSharedOperations(
       std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback);
 
+  // Fleet-wide safety state (silences, the remediation circuit breaker):
+  // any member sets an entry (`name` such as "silences/sil-s0.a-000001" or
+  // "breaker"); every member's round hands all entries, as (name, value),
+  // to the callback of OnFleetState whenever one changed. Entries are
+  // kept until replaced. Errors: the etcd client's.
+  absl::Status ShareFleetState(const std::string& name, const std::string& value);
+  // Receives (name, value) pairs on the member's thread. Set before Start.
+  void OnFleetState(
+      std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback);
+
+  // The remediation circuit breaker's count, fleet-wide: takes one of
+  // `limit` slots of `kind` ("cordon", "pause") for `window_seconds`, so
+  // that all servers together start at most `limit` such actions per
+  // window. Each slot is a key created only if absent (an etcd
+  // transaction) under a lease of the window's length. True when taken,
+  // false when all `limit` are held. Errors: the etcd client's.
+  absl::StatusOr<bool> TakeRemediationSlot(const std::string& kind, int limit,
+                                           double window_seconds);
+  // Frees every slot (an admin reset the breaker). Errors: the etcd client's.
+  absl::Status ClearRemediationSlots();
+
  private:
   ClusterMember(ClusterOptions options, std::unique_ptr<EtcdClient> etcd, Clock* clock);
   void Loop();
@@ -134,6 +155,10 @@ class ClusterMember {
   std::vector<std::function<void(const ClusterView&)>> listeners_;
   std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_operations_;
   int64_t operations_revision_ = 0;  // member thread only
+  std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_fleet_state_;
+  // (highest mod revision, number of entries) last handed over; member
+  // thread only.
+  std::pair<int64_t, size_t> fleet_state_seen_{0, 0};
   std::thread thread_;
 };
 

@@ -216,4 +216,10 @@ absl::Status EtcdClient::Delete(std::string_view key) {
   return Call("/v3/kv/deleterange", {{"key", Encode(key)}}).status();
 }
 
+absl::Status EtcdClient::DeletePrefix(std::string_view prefix) {
+  return Call("/v3/kv/deleterange",
+              {{"key", Encode(prefix)}, {"range_end", Encode(PrefixEnd(prefix))}})
+      .status();
+}
+
 }  // namespace vigil::cluster

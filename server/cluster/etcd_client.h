@@ -78,6 +78,8 @@ class EtcdClient {
   absl::StatusOr<std::vector<KeyValue>> GetPrefix(std::string_view prefix);
   // Deletes `key` (absent is OK).
   absl::Status Delete(std::string_view key);
+  // Deletes every key starting with `prefix` (none is OK).
+  absl::Status DeletePrefix(std::string_view prefix);
 
   // The endpoints, as given.
   const std::vector<std::string>& endpoints() const { return endpoints_; }

@@ -6,6 +6,8 @@
 #include "server/escalation/escalation_service.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -68,6 +70,18 @@ std::string ActionOf(Response response) {
   }
   return "";
 }
+
+// The fleet-wide breaker count of cluster mode, for ActionGate.
+class FleetSlots : public SharedBreaker {
+ public:
+  explicit FleetSlots(const EscalationServiceOptions::FleetSafety* fleet) : fleet_(fleet) {}
+  absl::StatusOr<bool> Take(bool cordon, int limit, double window_seconds) override {
+    return fleet_->take_slot(cordon ? "cordon" : "pause", limit, window_seconds);
+  }
+
+ private:
+  const EscalationServiceOptions::FleetSafety* fleet_;
+};
 
 // Actions on a job rather than on a node.
 bool IsJobAction(std::string_view action) {
@@ -183,7 +197,10 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
     }
     job_nodes = static_cast<int>(nodes.size());
   }
-  const ActionDecision decision = gate_.Decide(request, job_nodes, approved, now);
+  std::optional<FleetSlots> fleet_slots;
+  if (options_.fleet.has_value()) fleet_slots.emplace(&*options_.fleet);
+  const ActionDecision decision = gate_.Decide(
+      request, job_nodes, approved, now, fleet_slots ? &*fleet_slots : nullptr);
   action["verdict"] = std::string(ActionVerdictName(decision.verdict));
   action["decision"] = decision.reason;
   action["updated_ts"] = now;
@@ -195,6 +212,9 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
   }
   if (decision.tripped) {
     pending_halts_.push_back(decision.reason);
+    breaker_ts_ = now;
+    // Every server of the fleet halts with this one.
+    QueueFleetEntry("breaker", {{"tripped", true}, {"reason", decision.reason}, {"ts", now}});
     tick_cv_.notify_all();
   }
   if (decision.verdict == ActionVerdict::kRun) {
@@ -336,26 +356,42 @@ Json EscalationService::ResetRemediation(const Identity& who) {
   std::string halt;
   {
     std::lock_guard<std::mutex> l(mu_);
-    gate_.Reset(options_.clock->Now());
-    halt = std::exchange(halt_incident_, "");
-    dirty_ = true;
+    const double now = options_.clock->Now();
+    halt = ResetBreaker(now);
+    breaker_ts_ = now;
+    QueueFleetEntry("breaker", {{"tripped", false}, {"by", who.name}, {"ts", now}});
   }
-  if (!halt.empty()) {
-    IncidentUpdate update;
-    update.type = UpdateType::kResolved;
-    update.ts = options_.clock->Now();
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (auto it = incidents_.find(halt); it != incidents_.end())
-        update.incident = it->second;
-    }
-    update.incident.id = halt;
-    update.incident.state = IncidentState::kResolved;
-    update.incident.resolved_ts = update.ts;
-    (void)options_.detection->PublishExternal(std::move(update));
+  if (options_.fleet.has_value()) {
+    // The fleet's count starts again too (the gate forgot its own).
+    if (absl::Status s = options_.fleet->clear_slots(); !s.ok())
+      std::fprintf(stderr, "vigil-server: cluster: cannot clear the breaker's slots: %s\n",
+                   std::string(s.message()).c_str());
   }
+  ResolveHaltIncident(halt);
   AddAudit(who, "reset_remediation", halt, "", absl::OkStatus());
   return Remediation();
+}
+
+std::string EscalationService::ResetBreaker(double now) {
+  gate_.Reset(now);
+  dirty_ = true;
+  return std::exchange(halt_incident_, "");
+}
+
+void EscalationService::ResolveHaltIncident(const std::string& halt) {
+  if (halt.empty()) return;
+  IncidentUpdate update;
+  update.type = UpdateType::kResolved;
+  update.ts = options_.clock->Now();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = incidents_.find(halt); it != incidents_.end())
+      update.incident = it->second;
+  }
+  update.incident.id = halt;
+  update.incident.state = IncidentState::kResolved;
+  update.incident.resolved_ts = update.ts;
+  (void)options_.detection->PublishExternal(std::move(update));
 }
 
 void EscalationService::ClaimHaltIncident() {

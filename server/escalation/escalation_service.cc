@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
 #include "common/catch_all.h"
 #include "common/status_macros.h"
@@ -508,7 +509,12 @@ absl::StatusOr<Json> EscalationService::AddSilence(const Json& body,
     const double now = options_.clock->Now();
     absl::StatusOr<Silence> silence = ParseSilence(body, now);
     if (silence.ok()) {
-      silence->id = absl::StrFormat("sil-%06d", next_silence_++);
+      // In a cluster, ids name the server, so that two never collide.
+      silence->id = options_.fleet.has_value()
+                        ? absl::StrFormat("sil-%s-%06d",
+                                          absl::StrReplaceAll(options_.fleet->self, {{"/", "~"}}),
+                                          next_silence_++)
+                        : absl::StrFormat("sil-%06d", next_silence_++);
       silence->author = who.name;
       id = silence->id;
       absl::StatusOr<EscalationOutput> out = escalator_.AddSilence(*silence, now);
@@ -516,6 +522,7 @@ absl::StatusOr<Json> EscalationService::AddSilence(const Json& body,
         Handle(*out);
         dirty_ = true;
         result = SilenceToJson(*silence);
+        QueueFleetEntry(absl::StrCat("silences/", id), {{"silence", *result}, {"ts", now}});
       } else {
         result = out.status();
       }
@@ -541,7 +548,11 @@ absl::StatusOr<Json> EscalationService::ExpireSilence(std::string_view id,
     if (out.ok()) {
       Handle(*out);
       dirty_ = true;
-      if (found.is_object()) found["ends_at"] = now;
+      if (found.is_object()) {
+        found["ends_at"] = now;
+        QueueFleetEntry(absl::StrCat("silences/", std::string(id)),
+                        {{"silence", found}, {"by", who.name}, {"ts", now}});
+      }
       result = found.is_object() ? found : Json{{"id", std::string(id)}};
     } else {
       result = out.status();
@@ -613,6 +624,7 @@ void EscalationService::TickLoop(double first_tick) {
             if (dirty_) (void)SaveState();
           }
           OpenHaltIncidents();
+          if (options_.fleet.has_value()) ShareFleetEntries();
         });
         !error.empty()) {
       next = now + options_.tick_seconds;

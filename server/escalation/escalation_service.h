@@ -101,6 +101,27 @@ struct EscalationServiceOptions {
     double hold_seconds = 900;
   };
   std::optional<PairGate> pair;
+  // Cluster mode: safety state every server of the fleet shares
+  // (docs/SCALING.md): silences, and the remediation circuit breaker (its
+  // count of cordons and pauses, and whether it is open). Unset: this
+  // server's own.
+  struct FleetSafety {
+    // Stores a fleet-wide entry ("breaker", "silences/<id>"); every server
+    // gets all entries back through ApplyFleetState. Entries that cannot
+    // be stored are tried again at the next tick.
+    std::function<absl::Status(const std::string& name, const std::string& value)> share;
+    // Takes one of `limit` fleet-wide slots of "cordon" or "pause" for
+    // `window_seconds`: true taken, false all held, error unknown.
+    std::function<absl::StatusOr<bool>(const std::string& kind, int limit,
+                                       double window_seconds)>
+        take_slot;
+    // Frees every slot (the breaker was reset).
+    std::function<absl::Status()> clear_slots;
+    // This member's name ("shard/replica"): silence ids made here carry it,
+    // and its own entries are not applied twice.
+    std::string self;
+  };
+  std::optional<FleetSafety> fleet;
 };
 
 // What both members of a pair call the same incident:
@@ -221,6 +242,13 @@ class EscalationService : public IncidentListener {
   // local incident of that key (an ack on one member stops the re-pages of
   // the other); the audit log names the operator "via" the member.
   void ApplySharedOperations(const std::vector<std::pair<std::string, std::string>>& operations);
+  // Cluster mode: the fleet's safety entries (FleetSafety::share), as
+  // (name, JSON). A silence added or expired on another server is added or
+  // expired here; a breaker opened on another server halts this one's
+  // cordons and pauses too, and one reset there is reset here (and the
+  // "remediation halted" incident resolved). Malformed entries are skipped.
+  // Without options.fleet: no-op.
+  void ApplyFleetState(const std::vector<std::pair<std::string, std::string>>& entries);
 
  private:
   struct Action;
@@ -241,6 +269,16 @@ class EscalationService : public IncidentListener {
   // Reads back the recent actions (and moves next_action_ past their ids).
   absl::Status LoadActions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenHaltIncidents();
+  // Stores the queued fleet entries (tick thread).
+  void ShareFleetEntries();
+  // Queues a fleet entry and wakes the tick thread (no-op without fleet).
+  void QueueFleetEntry(std::string name, nlohmann::json value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the breaker and returns the "remediation halted" incident to
+  // resolve ("" for none).
+  std::string ResetBreaker(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resolves the "remediation halted" incident `halt`.
+  void ResolveHaltIncident(const std::string& halt);
   // The tick thread's loop; the first tick is due at `first_tick`.
   void TickLoop(double first_tick);
   // `shared_in`: the operation came from the other member of the pair
@@ -282,6 +320,13 @@ class EscalationService : public IncidentListener {
   std::vector<HeldPage> held_pages_ ABSL_GUARDED_BY(mu_);
   // Shared operations applied: incident key -> the latest one's time.
   std::map<std::string, double> applied_operations_ ABSL_GUARDED_BY(mu_);
+  // Fleet entries to store (name -> value; the latest wins), sent by the
+  // tick thread outside mu_ and kept until stored.
+  std::map<std::string, std::string> fleet_outgoing_ ABSL_GUARDED_BY(mu_);
+  // The time of the breaker state last made here or applied from the fleet.
+  double breaker_ts_ ABSL_GUARDED_BY(mu_) = 0;
+  // Fleet silences applied: id -> the latest entry's time.
+  std::map<std::string, double> applied_silences_ ABSL_GUARDED_BY(mu_);
 
   std::mutex tick_mu_;
   std::condition_variable tick_cv_;

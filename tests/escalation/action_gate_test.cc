@@ -1,4 +1,5 @@
 #include <string>
+#include <vector>
 
 #include "escalation/escalation.h"
 #include "gmock/gmock.h"
@@ -118,6 +119,81 @@ TEST(ActionGateTest, BreakerTripsOnTheCordonCountAndStaysOpen) {
                         kT0 + 100000)
                 .verdict,
             ActionVerdict::kRun);
+}
+
+// The fleet's count (cluster mode) as a fake: `slots` left, or an error.
+class FakeSharedBreaker : public SharedBreaker {
+ public:
+  absl::StatusOr<bool> Take(bool cordon, int limit, double window_seconds) override {
+    asked.push_back({cordon, limit, window_seconds});
+    if (!reachable) return absl::UnavailableError("etcd: connection refused");
+    if (slots == 0) return false;
+    --slots;
+    return true;
+  }
+  struct Ask {
+    bool cordon;
+    int limit;
+    double window;
+  };
+  std::vector<Ask> asked;
+  int slots = 0;
+  bool reachable = true;
+};
+
+TEST(ActionGateTest, ASharedBreakerFullTripsThisGateToo) {
+  ActionGate gate{InterlockConfig()};  // 3 cordons, 5 pauses per 60 min
+  FakeSharedBreaker fleet;
+  fleet.slots = 1;  // the other servers took two of the three
+  EXPECT_EQ(gate.Decide(Cordon("a", "n1"), 100, false, kT0, &fleet).verdict,
+            ActionVerdict::kRun);
+  ASSERT_EQ(fleet.asked.size(), 1u);
+  EXPECT_TRUE(fleet.asked[0].cordon);
+  EXPECT_EQ(fleet.asked[0].limit, 3);
+  EXPECT_EQ(fleet.asked[0].window, 3600);
+  // A node already cordoned for the job is not counted, locally or fleet-wide.
+  EXPECT_EQ(gate.Decide(Cordon("a", "n1"), 100, false, kT0 + 1, &fleet).verdict,
+            ActionVerdict::kRun);
+  EXPECT_EQ(fleet.asked.size(), 1u);
+  const ActionDecision full = gate.Decide(Cordon("b", "n2"), 100, false, kT0 + 2, &fleet);
+  EXPECT_EQ(full.verdict, ActionVerdict::kHalted);
+  EXPECT_TRUE(full.tripped);
+  EXPECT_EQ(full.reason,
+            "circuit breaker: the fleet's servers together ran 3 cordons in the last 60 "
+            "min (max 3)");
+  EXPECT_TRUE(gate.tripped());
+  // Halted from now on without asking the fleet again.
+  EXPECT_EQ(gate.Decide(Pause("c"), 100, true, kT0 + 3, &fleet).verdict,
+            ActionVerdict::kHalted);
+  EXPECT_EQ(fleet.asked.size(), 2u);
+}
+
+TEST(ActionGateTest, AnUnreachableSharedBreakerWaitsForAHuman) {
+  ActionGate gate{InterlockConfig()};
+  FakeSharedBreaker fleet;
+  fleet.reachable = false;
+  const ActionDecision d = gate.Decide(Pause("a"), 100, false, kT0, &fleet);
+  EXPECT_EQ(d.verdict, ActionVerdict::kNeedsApproval);
+  EXPECT_THAT(d.reason, HasSubstr("fleet-wide circuit breaker cannot be asked"));
+  EXPECT_THAT(d.reason, HasSubstr("connection refused"));
+  EXPECT_FALSE(gate.tripped());
+  // Approved by a human, it runs (and counts here).
+  EXPECT_EQ(gate.Decide(Pause("a"), 100, true, kT0, &fleet).verdict, ActionVerdict::kRun);
+  // The pause was asked for with the pause limit.
+  EXPECT_FALSE(fleet.asked.back().cordon);
+  EXPECT_EQ(fleet.asked.back().limit, 5);
+}
+
+TEST(ActionGateTest, TripOpensTheBreakerForAnotherServersReason) {
+  ActionGate gate{InterlockConfig()};
+  gate.Trip("circuit breaker: 3 cordons in the last 60 min (max 3) (on s1/a)");
+  EXPECT_TRUE(gate.tripped());
+  const ActionDecision d = gate.Decide(Cordon("a", "n1"), 100, false, kT0);
+  EXPECT_EQ(d.verdict, ActionVerdict::kHalted);
+  EXPECT_FALSE(d.tripped);
+  EXPECT_THAT(d.reason, HasSubstr("(on s1/a)"));
+  gate.Reset(kT0);
+  EXPECT_EQ(gate.Decide(Cordon("a", "n1"), 100, false, kT0).verdict, ActionVerdict::kRun);
 }
 
 TEST(ActionGateTest, TheWindowSlides) {

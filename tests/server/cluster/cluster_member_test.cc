@@ -1,6 +1,7 @@
 // ClusterMember and EtcdClient against a real etcd on loopback.
 #include "server/cluster/cluster_member.h"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -231,6 +232,82 @@ TEST(ClusterOptionsTest, BadOptionsNameTheField) {
   EXPECT_NE(broken([](ClusterOptions& o) { o.lease_seconds = 1; }).message().find(
                 "lease_seconds"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace vigil::cluster
+
+namespace vigil::cluster {
+namespace {
+
+// The breaker's fleet-wide count: members of different shards racing for
+// slots take exactly the limit between them, and a reset frees them.
+TEST_F(EtcdTest, RemediationSlotsNeverExceedTheLimitAcrossShards) {
+  std::unique_ptr<ClusterMember> a = StartMember("s0", "a");
+  std::unique_ptr<ClusterMember> b = StartMember("s1", "a");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::atomic<int> taken{0};
+  std::atomic<int> errors{0};
+  auto race = [&](ClusterMember* member) {
+    for (int i = 0; i < 4; ++i) {
+      absl::StatusOr<bool> slot = member->TakeRemediationSlot("cordon", 3, 60);
+      if (!slot.ok()) ++errors;
+      else if (*slot) ++taken;
+    }
+  };
+  std::thread ta(race, a.get());
+  std::thread tb(race, b.get());
+  ta.join();
+  tb.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(taken.load(), 3);
+  // Pauses are counted apart.
+  EXPECT_EQ(a->TakeRemediationSlot("pause", 1, 60).value_or(false), true);
+  EXPECT_EQ(b->TakeRemediationSlot("pause", 1, 60).value_or(true), false);
+  ASSERT_TRUE(b->ClearRemediationSlots().ok());
+  EXPECT_EQ(a->TakeRemediationSlot("cordon", 3, 60).value_or(false), true);
+  EXPECT_EQ(a->TakeRemediationSlot("pause", 1, 60).value_or(false), true);
+  // A slot lasts the window only (etcd expires its lease).
+  ASSERT_TRUE(a->ClearRemediationSlots().ok());
+  EXPECT_EQ(a->TakeRemediationSlot("pause", 1, 1).value_or(false), true);
+  EXPECT_TRUE(WaitFor(8, [&] { return b->TakeRemediationSlot("pause", 1, 1).value_or(false); }));
+}
+
+// Entries one member shares reach every member's callback, again when one
+// changes, and not again when nothing did.
+TEST_F(EtcdTest, FleetStateReachesEveryMember) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> seen;
+  int calls = 0;
+  absl::StatusOr<std::unique_ptr<ClusterMember>> b = ClusterMember::Create(Options("s1", "a"));
+  ASSERT_TRUE(b.ok());
+  (*b)->OnFleetState([&](const std::vector<std::pair<std::string, std::string>>& entries) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen = entries;
+    ++calls;
+  });
+  (*b)->Start();
+  std::unique_ptr<ClusterMember> a = StartMember("s0", "a");
+  ASSERT_TRUE(a->ShareFleetState("breaker", R"({"tripped": true})").ok());
+  ASSERT_TRUE(a->ShareFleetState("silences/sil-1", "{}").ok());
+  auto has = [&](const std::string& name, const std::string& value) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [n, v] : seen)
+      if (n == name && v == value) return true;
+    return false;
+  };
+  ASSERT_TRUE(WaitFor(5, [&] { return has("breaker", R"({"tripped": true})") && has("silences/sil-1", "{}"); }));
+  ASSERT_TRUE(a->ShareFleetState("breaker", R"({"tripped": false})").ok());
+  ASSERT_TRUE(WaitFor(5, [&] { return has("breaker", R"({"tripped": false})"); }));
+  int settled = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    settled = calls;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(calls, settled) << "no change, no call";
 }
 
 }  // namespace
