@@ -379,7 +379,19 @@ absl::Status ClusterMember::MarkPaged(const std::string& key) {
 }
 
 absl::StatusOr<absl::flat_hash_set<std::string>> ClusterMember::PagedKeys() {
-  const std::string prefix = Key(absl::StrCat("pages/", options_.shard, "/"));
+  return NamesUnder(Key(absl::StrCat("pages/", options_.shard, "/")));
+}
+
+absl::Status ClusterMember::MarkActionStarted(const std::string& key) {
+  return PutForADay(Key(absl::StrCat("actions/", options_.shard, "/", key)), options_.replica);
+}
+
+absl::StatusOr<absl::flat_hash_set<std::string>> ClusterMember::StartedActions() {
+  return NamesUnder(Key(absl::StrCat("actions/", options_.shard, "/")));
+}
+
+absl::StatusOr<absl::flat_hash_set<std::string>> ClusterMember::NamesUnder(
+    const std::string& prefix) {
   absl::StatusOr<std::vector<KeyValue>> marks = etcd_->GetPrefix(prefix);
   if (!marks.ok()) return marks.status();
   absl::flat_hash_set<std::string> keys;

@@ -93,6 +93,12 @@ class ClusterMember {
   absl::Status MarkPaged(const std::string& key);
   // Every page key this shard's leaders marked (read at takeover).
   absl::StatusOr<absl::flat_hash_set<std::string>> PagedKeys();
+  // Records that the automatic action of pair key `key` was sent to the
+  // actuator (kept a day), so a standby taking over does not start it
+  // again. Errors: the etcd client's.
+  absl::Status MarkActionStarted(const std::string& key);
+  // Every action key this shard's leaders marked (read at takeover).
+  absl::StatusOr<absl::flat_hash_set<std::string>> StartedActions();
 
   // Operators' operations on incidents (acknowledge, unacknowledge,
   // resolve) are shared by both members of the pair: the member where one
@@ -135,6 +141,8 @@ class ClusterMember {
   std::string Key(std::string_view suffix) const;
   // Puts `key` under a lease that lasts at least a day.
   absl::Status PutForADay(const std::string& key, const std::string& value);
+  // The names under `prefix` (relative to it).
+  absl::StatusOr<absl::flat_hash_set<std::string>> NamesUnder(const std::string& prefix);
 
   const ClusterOptions options_;
   const std::unique_ptr<EtcdClient> etcd_;

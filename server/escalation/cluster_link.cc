@@ -18,6 +18,12 @@ EscalationServiceOptions::PairGate PairGateOf(cluster::ClusterMember* member) {
                    key.c_str(), std::string(s.message()).c_str());
   };
   pair.delivered_keys = [member] { return member->PagedKeys(); };
+  pair.action_started = [member](const std::string& key) {
+    if (absl::Status s = member->MarkActionStarted(key); !s.ok())
+      std::fprintf(stderr, "vigil-server: cluster: cannot mark action %s started: %s\n",
+                   key.c_str(), std::string(s.message()).c_str());
+  };
+  pair.started_actions = [member] { return member->StartedActions(); };
   pair.share_operation = [member](const std::string& key, const nlohmann::json& op) {
     if (absl::Status s = member->ShareOperation(key, op.dump()); !s.ok())
       std::fprintf(stderr, "vigil-server: cluster: cannot share %s of %s with the pair: %s\n",

@@ -57,6 +57,9 @@ constexpr char kActionsStream[] = "actions";
 // Action records older than this are not reloaded at start (they stay in
 // the "actions" stream).
 constexpr double kActionMemorySeconds = 7 * 86400.0;
+// A member coming to lead starts the actions of incidents opened (or
+// raised) this recently only: the pair's marks of sent actions live a day.
+constexpr double kTakeOverHorizonSeconds = 20 * 3600.0;
 
 // The action a rule response asks for, or "" when it is no action.
 std::string ActionOf(Response response) {
@@ -118,14 +121,18 @@ absl::Status EscalationService::LoadActions() {
   return absl::OkStatus();
 }
 
-void EscalationService::StartActions(const Incident& incident) {
-  // The pair's leader acts; a standby that takes over does not repeat
-  // what the old one started (docs/SCALING.md).
+void EscalationService::StartActions(const Incident& incident,
+                                     const absl::flat_hash_set<std::string>* started_elsewhere) {
+  // The pair's leader acts; a standby that comes to lead starts what the
+  // old one did not (TakeOverActions, docs/SCALING.md).
   if (options_.pair.has_value() && !options_.pair->leading()) return;
   for (Response response : incident.responses) {
     const std::string action = ActionOf(response);
     if (action.empty()) continue;
     if (action == "cordon_node" && incident.node.empty()) continue;
+    const std::string pair_key =
+        absl::StrCat(PairIncidentKey(incident), "/", action, "/", incident.node);
+    if (started_elsewhere != nullptr && started_elsewhere->contains(pair_key)) continue;
     // One automatic request per incident, action and target.
     const std::string key =
         absl::StrCat("auto/", incident.id, "/", action, "/", incident.node);
@@ -144,6 +151,7 @@ void EscalationService::StartActions(const Incident& incident) {
                                 : std::string()},
                    {"reason", incident.summary},
                    {"requested_by", "vigil"}};
+    if (options_.pair.has_value()) record["pair_key"] = pair_key;
     if (IsJobAction(action)) {
       // Only what a node's agent verified with the scheduler is acted on
       // automatically (docs/SECURITY.md): the job's id, on a node that runs
@@ -242,6 +250,13 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
     if (!s.ok() && !absl::IsAlreadyExists(s)) {
       action["state"] = "failed";
       action["detail"] = std::string(s.message());
+    } else if (options_.pair.has_value() && options_.pair->action_started &&
+               action.contains("pair_key")) {
+      // Marked once queued (durably): a member taking over does not send
+      // it again. A leader dying in between makes the next one send it
+      // again; cordons and pauses of a job already paused are no-ops.
+      action_marks_.push_back(action["pair_key"].get<std::string>());
+      tick_cv_.notify_all();
     }
   }
   SaveAction(action);
@@ -334,6 +349,49 @@ absl::StatusOr<Json> EscalationService::ApproveAction(std::string_view id,
   }
   AddAudit(who, "approve_action", id, "", result.status());
   return result;
+}
+
+void EscalationService::MarkStartedActions() {
+  std::vector<std::string> marks;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    marks.swap(action_marks_);
+  }
+  for (const std::string& key : marks) options_.pair->action_started(key);
+}
+
+void EscalationService::TakeOverActions() {
+  if (!options_.pair->started_actions) return;
+  // Read the marks before taking the lock: etcd may be slow.
+  absl::StatusOr<absl::flat_hash_set<std::string>> started = options_.pair->started_actions();
+  std::lock_guard<std::mutex> l(mu_);
+  if (!started.ok()) {
+    std::fprintf(stderr,
+                 "vigil-server: leading the pair now, but the old leader's actions cannot be "
+                 "read (%s): starting none of earlier incidents\n",
+                 std::string(started.status().message()).c_str());
+    return;
+  }
+  const double now = options_.clock->Now();
+  int incidents = 0;
+  const size_t before = actions_.size();
+  for (const auto& [id, incident] : incidents_) {
+    if (incident.state == IncidentState::kResolved || id == halt_incident_) continue;
+    absl::StatusOr<Lifecycle> lifecycle = escalator_.LifecycleOf(id);
+    if (lifecycle.ok() && *lifecycle == Lifecycle::kResolved) continue;
+    // Marks live a day: older decisions cannot be told apart from new ones.
+    const double decided =
+        incident.severity_history.empty() ? incident.ts : incident.severity_history.back().ts;
+    if (now - decided > kTakeOverHorizonSeconds) continue;
+    StartActions(incident, &*started);
+    ++incidents;
+  }
+  if (actions_.size() != before) {
+    std::fprintf(stderr,
+                 "vigil-server: leading the pair now: %zu action(s) of %d open incident(s) the "
+                 "old leader had not sent\n",
+                 actions_.size() - before, incidents);
+  }
 }
 
 Json EscalationService::Remediation() const {

@@ -324,7 +324,14 @@ void EscalationService::EnqueuePage(const Page& asked) {
 }
 
 void EscalationService::OnLeadershipChange(bool leading) {
-  if (!options_.pair.has_value() || !leading) return;
+  if (!options_.pair.has_value()) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const bool became_leader = leading && !was_leading_;
+    was_leading_ = leading;
+    if (!became_leader) return;
+  }
+  TakeOverActions();
   {
     std::lock_guard<std::mutex> l(mu_);
     if (held_pages_.empty()) return;
@@ -625,6 +632,7 @@ void EscalationService::TickLoop(double first_tick) {
           }
           OpenHaltIncidents();
           if (options_.fleet.has_value()) ShareFleetEntries();
+          if (options_.pair.has_value() && options_.pair->action_started) MarkStartedActions();
         });
         !error.empty()) {
       next = now + options_.tick_seconds;

@@ -96,6 +96,13 @@ struct EscalationServiceOptions {
     // (ApplySharedOperations there). May be null.
     std::function<void(const std::string& incident_key, const nlohmann::json& operation)>
         share_operation;
+    // The leader sent an automatic action (its pair key: PairIncidentKey
+    // "/" action "/" node) to the actuator: marked for the pair. May be
+    // null.
+    std::function<void(const std::string& key)> action_started;
+    // Every pair action key the pair's leaders marked. May be null: then a
+    // member that comes to lead starts no action of earlier incidents.
+    std::function<absl::StatusOr<absl::flat_hash_set<std::string>>()> started_actions;
     // This member's name, so it skips its own shared operations.
     std::string self;
     double hold_seconds = 900;
@@ -234,7 +241,10 @@ class EscalationService : public IncidentListener {
   // Cluster mode: this server now leads its pair (`leading`) or not. On
   // becoming the leader, the held pages the pair's old leader did not
   // deliver are queued (if the marks cannot be read, all are: receivers
-  // drop a repeat by its key). Without options.pair: no-op.
+  // drop a repeat by its key), and the automatic actions of open
+  // incidents (opened or raised within the marks' day) that the old leader
+  // did not send are decided and started here (if the marks cannot be
+  // read, none is: a human can request them). Without options.pair: no-op.
   void OnLeadershipChange(bool leading);
   // Cluster mode: the operators' operations shared by the pair's members,
   // as (incident key, operation JSON {"verb", "who", "comment", "ts",
@@ -255,7 +265,16 @@ class EscalationService : public IncidentListener {
   // Delivers what the escalator asked for (mu_ held).
   void Handle(const EscalationOutput& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueuePage(const Page& page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartActions(const Incident& incident) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides the automatic actions `incident`'s responses ask for, except
+  // those whose pair key is in `started_elsewhere` (may be null).
+  void StartActions(const Incident& incident,
+                    const absl::flat_hash_set<std::string>* started_elsewhere = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On coming to lead: starts what the old leader did not (see
+  // OnLeadershipChange).
+  void TakeOverActions();
+  // Marks the queued started actions for the pair (tick thread).
+  void MarkStartedActions();
   nlohmann::json Decide(nlohmann::json action, bool approved, double now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveAction(const nlohmann::json& action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -325,6 +344,10 @@ class EscalationService : public IncidentListener {
   std::map<std::string, std::string> fleet_outgoing_ ABSL_GUARDED_BY(mu_);
   // The time of the breaker state last made here or applied from the fleet.
   double breaker_ts_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether the last OnLeadershipChange said this server leads.
+  bool was_leading_ ABSL_GUARDED_BY(mu_) = false;
+  // Pair keys of actions sent, to mark for the pair (tick thread).
+  std::vector<std::string> action_marks_ ABSL_GUARDED_BY(mu_);
   // Fleet silences applied: id -> the latest entry's time.
   std::map<std::string, double> applied_silences_ ABSL_GUARDED_BY(mu_);
 

@@ -173,6 +173,13 @@ TEST_F(EtcdTest, PageMarksAreSharedByThePair) {
   absl::StatusOr<absl::flat_hash_set<std::string>> none = other->PagedKeys();
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
+  // Action marks likewise, apart from the page marks.
+  ASSERT_TRUE(a->MarkActionStarted("job:n1:-:1764000000000/cordon_node/n1").ok());
+  absl::StatusOr<absl::flat_hash_set<std::string>> actions = b->StartedActions();
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  EXPECT_EQ(*actions, absl::flat_hash_set<std::string>{"job:n1:-:1764000000000/cordon_node/n1"});
+  EXPECT_EQ(b->PagedKeys()->size(), 2u);
+  EXPECT_TRUE(other->StartedActions()->empty());
 }
 
 TEST_F(EtcdTest, OperationsAreSharedWithThePairOnly) {

@@ -176,6 +176,14 @@ class EscalationServiceTest : public ::testing::Test {
         std::lock_guard<std::mutex> lock(marks_mu_);
         shared_.emplace_back(key, op.dump());
       };
+      gate.action_started = [this](const std::string& key) {
+        std::lock_guard<std::mutex> lock(marks_mu_);
+        action_marks_.insert(key);
+      };
+      gate.started_actions = [this]() -> absl::StatusOr<absl::flat_hash_set<std::string>> {
+        std::lock_guard<std::mutex> lock(marks_mu_);
+        return action_marks_;
+      };
       gate.self = "s0/a";
       o.pair = std::move(gate);
     }
@@ -232,6 +240,7 @@ class EscalationServiceTest : public ::testing::Test {
   std::mutex marks_mu_;
   absl::flat_hash_set<std::string> marks_;
   std::vector<std::pair<std::string, std::string>> shared_;  // share_operation's
+  absl::flat_hash_set<std::string> action_marks_;            // action_started's
 
   FakeClock clock_;
   RecordingTransport transport_;
@@ -296,7 +305,7 @@ TEST_F(EscalationServiceTest, P0PagesPhoneSmsImAtOnceAndAckStopsRepaging) {
 // In a pair (docs/SCALING.md) the standby escalates alike but holds its
 // pages; when it comes to lead it sends those the old leader did not
 // deliver, under keys both members derive alike. The leader marks what it
-// delivered, and a standby starts no action.
+// delivered; a standby starts no action until it leads.
 TEST_F(EscalationServiceTest, AStandbyHoldsPagesAndSendsWhatTheLeaderDidNotDeliver) {
   service_->Stop();
   pair_ = true;
@@ -332,12 +341,59 @@ TEST_F(EscalationServiceTest, AStandbyHoldsPagesAndSendsWhatTheLeaderDidNotDeliv
   ASSERT_TRUE(Eventually([&] { return transport_.Matching("slack.test").size() == 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(Calls(), 0u) << "the call the old leader made is not made again";
-  EXPECT_TRUE(transport_.Matching("actuator").empty()) << "the standby started no action";
+  // The pause the old leader had not marked is started now (and only now:
+  // nothing reached the actuator while this member was the standby).
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("actuator").size() == 1; }));
   // As leader it marks what it delivers.
   ASSERT_TRUE(Eventually([&] {
     std::lock_guard<std::mutex> lock(marks_mu_);
     return marks_.size() == 3;
   }));
+}
+
+// A standby that comes to lead starts the automatic actions of open
+// incidents that the old leader did not send (and only those), and marks
+// what it sends for the next one.
+TEST_F(EscalationServiceTest, ANewLeaderStartsTheActionsTheOldOneDidNot) {
+  service_->Stop();
+  pair_ = true;
+  leading_ = false;
+  StartService();
+  AddJobNodes("llm", 10);
+  Verify("llm", "4242", {"n1"});
+  const std::string open_id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
+                                   {Response::kPauseJob, Response::kCordonNode});
+  const double opened = clock_.Now();
+  clock_.Advance(1);
+  const std::string resolved_id =
+      Open(Severity::kP0, "xid_fatal", "llm", "n2", {Response::kCordonNode});
+  ASSERT_TRUE(service_->Resolve(resolved_id, Identity{"alice", Role::kOperator}, "fixed").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(transport_.Matching("/actuator").empty()) << "a standby starts no action";
+  {
+    // The old leader had cordoned n1 before it died.
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    action_marks_.insert(absl::StrCat("llm:n1:-:", static_cast<int64_t>(opened * 1000),
+                                      "/cordon_node/n1"));
+  }
+  leading_ = true;
+  service_->OnLeadershipChange(true);
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("/actuator").size() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::vector<OutboundRequest> sent = transport_.Matching("/actuator");
+  ASSERT_EQ(sent.size(), 1u) << "neither the marked cordon nor the resolved incident's";
+  const Json body = Json::parse(sent[0].body);
+  EXPECT_EQ(body["action"], "pause_job");
+  EXPECT_EQ(body["incident_id"], open_id);
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    return action_marks_.contains(absl::StrCat(
+        "llm:n1:-:", static_cast<int64_t>(opened * 1000), "/pause_job/n1"));
+  })) << "the new leader marks what it sent";
+  // Leading on (more calls as the map changes) starts nothing again.
+  service_->OnLeadershipChange(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(transport_.Matching("/actuator").size(), 1u);
 }
 
 // An acknowledgement made on one member of a pair stops the re-pages of the
