@@ -741,6 +741,10 @@ void IncidentEngine::AddImplication(const NodeImplication& i) {
   // In time order, as Implicate keeps them (the window drops the front).
   auto at = h.end();
   while (at != h.begin() && std::prev(at)->ts > i.ts) --at;
+  // Known already (told again by another server): nothing to add.
+  for (auto same = at; same != h.begin() && std::prev(same)->ts == i.ts; --same) {
+    if (std::prev(same)->job == i.job && std::prev(same)->gpu == i.gpu) return;
+  }
   h.insert(at, Implication{i.ts, i.job, i.id, i.kind, i.gpu});
 }
 

@@ -132,7 +132,8 @@ class IncidentEngine {
   void TakeImplications(std::vector<NodeImplication>* out);
   // Records an implication another engine made (its jobs are not this
   // engine's): it counts toward this engine's repeat offenders as its own
-  // do, but raises nothing by itself. Never fails.
+  // do, but raises nothing by itself. One already known (same node, time,
+  // job and GPU) changes nothing. Never fails.
   void AddImplication(const NodeImplication& implication);
 
   // The repeat-offender history (which incidents implicated which node,

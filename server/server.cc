@@ -2,6 +2,7 @@
 
 #include "server/fleet/scheduler_query.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -215,6 +216,20 @@ absl::Status VigilServer::Start() {
   detection_options.shards = options_.detection_workers;
   if (options_.cluster.has_value()) {
     detection_options.id_shard = options_.cluster->shard;
+    // Repeat offenders span shards: what implicated a node here counts on
+    // every other server (docs/SCALING.md "What spans jobs"). Both members
+    // of a pair write the same key.
+    detection_options.share_implication =
+        [m = member.get(), shard = options_.cluster->shard,
+         ttl = static_cast<int>(std::ceil(detection_options.rules.settings.lemon_window_s))](
+            const IncidentEngine::NodeImplication& i) {
+          nlohmann::json value = ImplicationToJson(i);
+          value["shard"] = shard;
+          m->PutSoon(absl::StrCat("implications/", i.node, "/", i.job, ":",
+                                  i.gpu ? absl::StrCat("g", *i.gpu) : "-", ":",
+                                  static_cast<int64_t>(std::llround(i.ts * 1000))),
+                     value.dump(), ttl);
+        };
     // A job that moved here (a shard joined or left) starts from the
     // baselines its previous shard learned, when that shard still answers.
     detection_options.fetch_profiles =
@@ -411,6 +426,20 @@ absl::Status VigilServer::Start() {
       esc->OnLeadershipChange(view.shard_leader);
     });
     ConnectToMember(cluster_.get(), escalation_.get());
+    cluster_->WatchPrefix(
+        "implications/",
+        [det = detection_.get(), shard = options_.cluster->shard](
+            const std::vector<std::pair<std::string, std::string>>& entries) {
+          std::vector<IncidentEngine::NodeImplication> others;
+          for (const auto& [name, text] : entries) {
+            const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+            // Our own shard's were counted here when made.
+            if (!value.is_object() || value.value("shard", "") == shard) continue;
+            absl::StatusOr<IncidentEngine::NodeImplication> i = ImplicationFromJson(value);
+            if (i.ok()) others.push_back(*std::move(i));
+          }
+          det->AddImplications(others);
+        });
     cluster_->Start();
   }
   return absl::OkStatus();

@@ -18,6 +18,8 @@ constexpr double kLeaderMarginSeconds = 1.0;
 // still repeat them: each lives at least a day (a new lease every hour).
 constexpr int kMarksLeaseSeconds = 25 * 3600;
 constexpr double kMarksLeaseRotateSeconds = 3600;
+// PutSoon's bound on writes waiting for etcd.
+constexpr size_t kMaxPendingPuts = 10000;
 
 bool ViewsDiffer(const ClusterView& a, const ClusterView& b) {
   return !(a.map == b.map) || a.registered != b.registered ||
@@ -255,41 +257,24 @@ ClusterView ClusterMember::Round() {
     }
   }
   view.fleet_leader = Leads(Key("leaders/_fleet"), id_, &view);
-  if (on_operations_ != nullptr) {
-    const std::string prefix = Key(absl::StrCat("safety/ops/", options_.shard, "/"));
-    absl::StatusOr<std::vector<KeyValue>> ops = etcd_->GetPrefix(prefix);
-    if (ops.ok()) {
-      int64_t revision = 0;
-      std::vector<std::pair<std::string, std::string>> shared;
-      for (KeyValue& op : *ops) {
-        revision = std::max(revision, op.mod_revision);
-        shared.emplace_back(op.key.substr(prefix.size()), std::move(op.value));
-      }
-      if (revision > operations_revision_) {
-        operations_revision_ = revision;
-        on_operations_(shared);
-      }
-    } else {
-      view.last_error = std::string(ops.status().message());
-    }
-  }
-  if (on_fleet_state_ != nullptr) {
-    const std::string prefix = Key("safety/fleet/");
-    absl::StatusOr<std::vector<KeyValue>> entries = etcd_->GetPrefix(prefix);
-    if (entries.ok()) {
-      std::pair<int64_t, size_t> seen{0, entries->size()};
-      std::vector<std::pair<std::string, std::string>> state;
-      for (KeyValue& entry : *entries) {
-        seen.first = std::max(seen.first, entry.mod_revision);
-        state.emplace_back(entry.key.substr(prefix.size()), std::move(entry.value));
-      }
-      if (seen != fleet_state_seen_) {
-        fleet_state_seen_ = seen;
-        on_fleet_state_(state);
-      }
-    } else {
+  FlushPendingPuts(&view);
+  for (Watch& watch : watches_) {
+    absl::StatusOr<std::vector<KeyValue>> entries = etcd_->GetPrefix(watch.prefix);
+    if (!entries.ok()) {
       view.last_error = std::string(entries.status().message());
+      continue;
     }
+    std::pair<int64_t, size_t> seen{0, entries->size()};
+    std::vector<std::pair<std::string, std::string>> named;
+    for (KeyValue& entry : *entries) {
+      seen.first = std::max(seen.first, entry.mod_revision);
+      named.emplace_back(entry.key.substr(watch.prefix.size()), std::move(entry.value));
+    }
+    // A deletion alone lowers the count: not reported, but remembered.
+    const bool changed = seen.first > watch.seen.first ||
+                         (seen.first == watch.seen.first && seen.second > watch.seen.second);
+    watch.seen = seen;
+    if (changed) watch.callback(named);
   }
   return view;
 }
@@ -300,7 +285,45 @@ absl::Status ClusterMember::ShareFleetState(const std::string& name, const std::
 
 void ClusterMember::OnFleetState(
     std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback) {
-  on_fleet_state_ = std::move(callback);
+  WatchPrefix("safety/fleet/", std::move(callback));
+}
+
+void ClusterMember::WatchPrefix(
+    const std::string& prefix,
+    std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback) {
+  watches_.push_back(Watch{Key(prefix), std::move(callback)});
+}
+
+void ClusterMember::PutSoon(const std::string& key, std::string value, int ttl_seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_puts_.size() >= kMaxPendingPuts) {
+    std::fprintf(stderr, "vigil-server: cluster: %zu writes wait for etcd; dropping %s\n",
+                 pending_puts_.size(), pending_puts_.front().key.c_str());
+    pending_puts_.erase(pending_puts_.begin());
+  }
+  pending_puts_.push_back(PendingPut{Key(key), std::move(value), std::max(1, ttl_seconds)});
+}
+
+void ClusterMember::FlushPendingPuts(ClusterView* view) {
+  std::vector<PendingPut> puts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    puts.swap(pending_puts_);
+  }
+  size_t done = 0;
+  for (; done < puts.size(); ++done) {
+    const PendingPut& put = puts[done];
+    absl::StatusOr<int64_t> lease = etcd_->GrantLease(put.ttl_seconds);
+    absl::Status status = lease.ok() ? etcd_->Put(put.key, put.value, *lease) : lease.status();
+    if (!status.ok()) {
+      view->last_error = std::string(status.message());
+      break;  // etcd is away: keep the rest, in order, for the next round
+    }
+  }
+  if (done == puts.size()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_puts_.insert(pending_puts_.begin(), std::make_move_iterator(puts.begin() + done),
+                       std::make_move_iterator(puts.end()));
 }
 
 absl::StatusOr<bool> ClusterMember::TakeRemediationSlot(const std::string& kind, int limit,
@@ -334,7 +357,7 @@ absl::Status ClusterMember::ShareOperation(const std::string& incident_key,
 
 void ClusterMember::OnSharedOperations(
     std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback) {
-  on_operations_ = std::move(callback);
+  WatchPrefix(absl::StrCat("safety/ops/", options_.shard, "/"), std::move(callback));
 }
 
 ClusterView ClusterMember::view() const {

@@ -118,6 +118,7 @@ class ClusterMember {
   // kept until replaced. Errors: the etcd client's.
   absl::Status ShareFleetState(const std::string& name, const std::string& value);
   // Receives (name, value) pairs on the member's thread. Set before Start.
+  // (A WatchPrefix of "safety/fleet/".)
   void OnFleetState(
       std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback);
 
@@ -131,6 +132,20 @@ class ClusterMember {
                                            double window_seconds);
   // Frees every slot (an admin reset the breaker). Errors: the etcd client's.
   absl::Status ClearRemediationSlots();
+
+  // Reads every key under `prefix` (relative to options.prefix) each round
+  // and hands them, as (name relative to `prefix`, value), to `callback`
+  // on the member's thread whenever one was added or changed (deletions
+  // alone are not reported). Set before Start.
+  void WatchPrefix(
+      const std::string& prefix,
+      std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback);
+  // Queues `key` (relative to options.prefix) = `value`, to live
+  // `ttl_seconds`, for the member's thread to write at its next round:
+  // callers on hot paths never wait for etcd. A write that fails is tried
+  // again next round; at most 10,000 wait (the oldest are dropped, with a
+  // log line).
+  void PutSoon(const std::string& key, std::string value, int ttl_seconds);
 
  private:
   ClusterMember(ClusterOptions options, std::unique_ptr<EtcdClient> etcd, Clock* clock);
@@ -161,12 +176,24 @@ class ClusterMember {
   int64_t marks_lease_ ABSL_GUARDED_BY(mu_) = 0;
   double marks_lease_granted_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::function<void(const ClusterView&)>> listeners_;
-  std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_operations_;
-  int64_t operations_revision_ = 0;  // member thread only
-  std::function<void(const std::vector<std::pair<std::string, std::string>>&)> on_fleet_state_;
-  // (highest mod revision, number of entries) last handed over; member
-  // thread only.
-  std::pair<int64_t, size_t> fleet_state_seen_{0, 0};
+  // A prefix read every round; its entries go to `callback` when changed.
+  struct Watch {
+    std::string prefix;  // full key prefix
+    std::function<void(const std::vector<std::pair<std::string, std::string>>&)> callback;
+    // (highest mod revision, number of entries) last handed over; member
+    // thread only.
+    std::pair<int64_t, size_t> seen{0, 0};
+  };
+  std::vector<Watch> watches_;  // set before Start
+  // Writes queued by PutSoon: (full key, value, ttl seconds).
+  struct PendingPut {
+    std::string key;
+    std::string value;
+    int ttl_seconds = 0;
+  };
+  std::vector<PendingPut> pending_puts_ ABSL_GUARDED_BY(mu_);
+  // Writes PutSoon queued (member thread).
+  void FlushPendingPuts(ClusterView* view);
   std::thread thread_;
 };
 

@@ -102,13 +102,15 @@ DetectionService::DetectionService(DetectionOptions options)
   const int n = std::max(1, options_.shards);
   for (int k = 0; k < n; ++k) {
     shards_.push_back(std::make_unique<Shard>(options_));
-    // Repeat offenders span jobs: each shard learns the others' findings.
-    if (n > 1) shards_.back()->pipeline.set_record_implications(true);
+    // Repeat offenders span jobs: each shard learns the others' findings
+    // (and, in cluster mode, the other servers').
+    if (n > 1 || options_.share_implication)
+      shards_.back()->pipeline.set_record_implications(true);
   }
 }
 
 void DetectionService::ShareImplications(int from) {
-  if (shards_.size() == 1) return;
+  if (shards_.size() == 1 && !options_.share_implication) return;
   std::vector<IncidentEngine::NodeImplication> found;
   {
     Shard& shard = *shards_[from];
@@ -116,6 +118,9 @@ void DetectionService::ShareImplications(int from) {
     shard.pipeline.TakeImplications(&found);
   }
   if (found.empty()) return;
+  if (options_.share_implication) {
+    for (const auto& i : found) options_.share_implication(i);
+  }
   // One shard lock at a time. Two shards implicating one node at the same
   // moment may each count without the other's, and miss the offender
   // until its next incident.
@@ -125,6 +130,46 @@ void DetectionService::ShareImplications(int from) {
     std::lock_guard<std::mutex> l(other.mu);
     for (const auto& i : found) other.pipeline.AddImplication(i);
   }
+}
+
+void DetectionService::AddImplications(
+    const std::vector<IncidentEngine::NodeImplication>& implications) {
+  if (implications.empty()) return;
+  for (auto& shard : shards_) {
+    std::lock_guard<std::mutex> l(shard->mu);
+    for (const auto& i : implications) shard->pipeline.AddImplication(i);
+  }
+}
+
+Json ImplicationToJson(const IncidentEngine::NodeImplication& i) {
+  Json out = {{"node", i.node}, {"ts", i.ts}, {"job", i.job}, {"id", i.id}, {"kind", i.kind}};
+  if (i.gpu) out["gpu"] = *i.gpu;
+  return out;
+}
+
+absl::StatusOr<IncidentEngine::NodeImplication> ImplicationFromJson(const Json& in) {
+  if (!in.is_object()) return absl::InvalidArgumentError("implication: not an object");
+  IncidentEngine::NodeImplication i;
+  for (auto [key, out] : {std::pair<const char*, std::string*>{"node", &i.node},
+                          {"job", &i.job},
+                          {"id", &i.id},
+                          {"kind", &i.kind}}) {
+    auto it = in.find(key);
+    if (it == in.end() || !it->is_string())
+      return absl::InvalidArgumentError(absl::StrCat("implication: \"", key, "\" must be a string"));
+    *out = it->get<std::string>();
+  }
+  auto ts = in.find("ts");
+  if (ts == in.end() || !ts->is_number() || !std::isfinite(ts->get<double>()))
+    return absl::InvalidArgumentError("implication: \"ts\" must be a number");
+  i.ts = ts->get<double>();
+  if (i.node.empty()) return absl::InvalidArgumentError("implication: \"node\" is empty");
+  if (auto gpu = in.find("gpu"); gpu != in.end()) {
+    if (!gpu->is_number_integer())
+      return absl::InvalidArgumentError("implication: \"gpu\" must be an integer");
+    i.gpu = gpu->get<int>();
+  }
+  return i;
 }
 
 int DetectionService::ShardOf(std::string_view job) const {

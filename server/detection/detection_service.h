@@ -131,7 +131,18 @@ struct DetectionOptions {
   // shard joining or leaving). May block (briefly: a request to the old
   // owner). Null: never asked.
   std::function<std::optional<std::string>(const std::string& job)> fetch_profiles;
+  // Cluster mode: receives every repeat-offender implication this server
+  // makes (an incident that implicated a node: IncidentEngine::
+  // NodeImplication), to share with the servers that watch the fleet's
+  // other jobs (their AddImplications). Called on detection threads; must
+  // not block. Null: kept in this process.
+  std::function<void(const IncidentEngine::NodeImplication&)> share_implication;
 };
+
+// An implication as JSON {"node", "ts", "job", "id", "kind", "gpu"?}, and
+// back (kInvalidArgument naming what is missing or mistyped).
+nlohmann::json ImplicationToJson(const IncidentEngine::NodeImplication& implication);
+absl::StatusOr<IncidentEngine::NodeImplication> ImplicationFromJson(const nlohmann::json& json);
 
 // Which incidents ListIncidents returns; every set condition must hold.
 struct IncidentFilter {
@@ -278,6 +289,12 @@ class DetectionService : public FrameObserver {
   // called from the listener.
   absl::StatusOr<std::string> PublishExternal(IncidentUpdate update);
 
+  // Cluster mode: repeat-offender implications other servers made (their
+  // options.share_implication): every pipeline counts them toward its
+  // repeat offenders, as it does the other workers' here. One already
+  // known changes nothing.
+  void AddImplications(const std::vector<IncidentEngine::NodeImplication>& implications);
+
   // Hands the incident of `kind` that was firing when the previous
   // process stopped to the component that raises that kind outside
   // detection (StoreWatch: "storage_degraded"): it becomes one of the
@@ -306,7 +323,8 @@ class DetectionService : public FrameObserver {
   // job is seen (takes shard.mu; call without it).
   void MaybeFetchProfiles(Shard& shard, std::string_view job);
   // Hands the repeat-offender implications shard `from` made to the other
-  // shards (call without any shard lock held).
+  // shards and to options.share_implication (call without any shard lock
+  // held).
   void ShareImplications(int from);
   // The store state key of shard `k`'s snapshot.
   std::string SnapshotKey(int k) const;

@@ -201,6 +201,24 @@ TEST(LifecycleTest, XidStormIsOneConditionPerCode) {
   }
 }
 
+// An implication another engine made, told again (every server re-reads
+// the shared ones), is kept once; a different job or GPU at the same time
+// is another.
+TEST(LifecycleTest, AnImplicationToldAgainIsKeptOnce) {
+  IncidentEngine e;
+  IncidentEngine::NodeImplication i{"n17", 1000, "job1", "inc-s1-000004", "xid_fatal", 2};
+  for (int k = 0; k < 3; ++k) e.AddImplication(i);
+  IncidentEngine::NodeImplication other_gpu = i;
+  other_gpu.gpu = 3;
+  e.AddImplication(other_gpu);
+  IncidentEngine::NodeImplication other_job = i;
+  other_job.job = "job2";
+  e.AddImplication(other_job);
+  const nlohmann::json history = nlohmann::json::parse(e.SaveHistory());
+  ASSERT_TRUE(history.contains("n17")) << history.dump();
+  EXPECT_EQ(history["n17"].size(), 3u) << history.dump(1);
+}
+
 // A node implicated in faults of three jobs within the window is one
 // lemon_node P2 (job ""), naming its history; it resolves once the window
 // has moved past them.

@@ -317,5 +317,37 @@ TEST_F(EtcdTest, FleetStateReachesEveryMember) {
   EXPECT_EQ(calls, settled) << "no change, no call";
 }
 
+// PutSoon writes at the member's next round, under a lease of its TTL;
+// another member's WatchPrefix sees it (repeat-offender implications
+// travel this way).
+TEST_F(EtcdTest, PutSoonReachesWatchersAndExpires) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> seen;
+  absl::StatusOr<std::unique_ptr<ClusterMember>> b = ClusterMember::Create(Options("s1", "a"));
+  ASSERT_TRUE(b.ok());
+  (*b)->WatchPrefix("implications/", [&](const std::vector<std::pair<std::string, std::string>>& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen = e;
+  });
+  (*b)->Start();
+  std::unique_ptr<ClusterMember> a = StartMember("s0", "a");
+  a->PutSoon("implications/n9/job1:g0:1000", R"({"node": "n9"})", 2);
+  a->PutSoon("implications/n9/job2:-:2000", R"({"node": "n9", "job": "job2"})", 60);
+  ASSERT_TRUE(WaitFor(5, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen.size() == 2;
+  }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(seen[0].first, "n9/job1:g0:1000");
+    EXPECT_EQ(seen[1].second, R"({"node": "n9", "job": "job2"})");
+  }
+  // The 2 s one expires with its lease.
+  EXPECT_TRUE(WaitFor(10, [&] {
+    absl::StatusOr<std::vector<KeyValue>> left = client_->GetPrefix("/test/implications/");
+    return left.ok() && left->size() == 1;
+  }));
+}
+
 }  // namespace
 }  // namespace vigil::cluster

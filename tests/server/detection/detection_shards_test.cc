@@ -161,6 +161,76 @@ TEST_F(DetectionShardsTest, RepeatOffendersAreFoundAcrossShards) {
   d->Stop();
 }
 
+// Cluster mode: a node implicated in faults of jobs watched by different
+// servers is a repeat offender. Server A shares what implicated a node
+// (options.share_implication, through JSON as the etcd hop carries it);
+// server B counts it (AddImplications), so B's own third job makes it a
+// lemon. Implications told twice count once.
+TEST_F(DetectionShardsTest, RepeatOffendersAreFoundAcrossServers) {
+  std::vector<Json> shared;
+  DetectionOptions oa;
+  oa.store = store_.get();
+  oa.clock = &clock_;
+  oa.snapshot_seconds = 0;
+  oa.share_implication = [&](const IncidentEngine::NodeImplication& i) {
+    shared.push_back(ImplicationToJson(i));
+  };
+  DetectionService a(oa);
+  ASSERT_TRUE(a.Start().ok());
+  StoreOptions so;
+  so.clock = &clock_;
+  std::unique_ptr<SeriesStore> b_store = NewMemoryStore(so);
+  DetectionOptions ob;
+  ob.store = b_store.get();
+  ob.clock = &clock_;
+  ob.snapshot_seconds = 0;
+  DetectionService b(ob);
+  ASSERT_TRUE(b.Start().ok());
+
+  int64_t step = 0;
+  auto fault = [&](DetectionService& d, const std::string& job) {
+    for (int s = 0; s < 5; ++s, ++step) {
+      Frame(d, job, "n9", step, 0);
+      clock_.Advance(1);
+    }
+    Frame(d, job, "n9", step++, 1);  // an ECC double-bit error
+    clock_.Advance(1);
+  };
+  fault(a, "alpha");
+  fault(a, "beta");
+  ASSERT_EQ(shared.size(), 2u);
+  EXPECT_EQ(shared[0]["node"], "n9");
+  EXPECT_EQ(shared[0]["job"], "alpha");
+  std::vector<IncidentEngine::NodeImplication> told;
+  for (const Json& j : shared) {
+    absl::StatusOr<IncidentEngine::NodeImplication> i = ImplicationFromJson(j);
+    ASSERT_TRUE(i.ok()) << i.status();
+    told.push_back(*i);
+  }
+  b.AddImplications(told);
+  b.AddImplications(told);  // the next poll tells them again
+  // Bad documents are refused with a reason.
+  EXPECT_FALSE(ImplicationFromJson(Json{{"node", "n9"}}).ok());
+  EXPECT_FALSE(ImplicationFromJson(Json{{"node", "n9"}, {"ts", "x"}, {"job", "j"},
+                                        {"id", "i"}, {"kind", "k"}}).ok());
+  // Before B's own fault: no lemon anywhere.
+  IncidentFilter all;
+  auto lemons = [&](DetectionService& d) {
+    int n = 0;
+    for (const Json& i : d.ListIncidents(all)) n += i["kind"] == "lemon_node";
+    return n;
+  };
+  EXPECT_EQ(lemons(a), 0);
+  EXPECT_EQ(lemons(b), 0);
+  // Swap the stores' roles: B's frames go to its own store.
+  std::swap(store_, b_store);
+  fault(b, "gamma");
+  std::swap(store_, b_store);
+  EXPECT_EQ(lemons(b), 1) << Json(b.ListIncidents(all)).dump(1);
+  a.Stop();
+  b.Stop();
+}
+
 // End to end through vigil-server with two frame workers.
 class Node {
  public:
