@@ -582,7 +582,8 @@ void HttpApi::InstallHandlers() {
   });
 
   server_->Get(R"(/api/v1/incidents/([A-Za-z0-9_.-]+))",
-               [&o](const httplib::Request& req, httplib::Response& res) {
+               [this, &o](const httplib::Request& req, httplib::Response& res) {
+    if (ForwardToShardOf(req.matches[1].str(), req, res)) return;
     absl::StatusOr<Json> incident =
         o.detection->GetIncident(req.matches[1].str());
     if (!incident.ok())

@@ -131,6 +131,16 @@ class HttpApi {
   void InstallUiHandlers();
   // GET /api/v1/cluster.
   void InstallClusterHandlers();
+  // Cluster mode: when `id` (an incident's "inc-<shard>-N" or an action's
+  // "act-<shard>-N") names another shard, sends `req` (method, path,
+  // query, body, the caller's Authorization) on to that shard's members in
+  // turn, replies with the first answer that is not a 404 or 5xx (an
+  // action lives on the shard's leader only), and returns true. 503 when
+  // the shard is not in the map, 502 when no member answered. False (and
+  // nothing sent) for ids of this shard, single-server mode, or a request
+  // that another server forwarded already.
+  bool ForwardToShardOf(const std::string& id, const httplib::Request& req,
+                        httplib::Response& res) const;
   // Replies `local` (an object holding the array `list_key`), merged in
   // cluster mode with the same list from one member of every other shard
   // (each item labelled with its "shard", "shards" telling who answered),

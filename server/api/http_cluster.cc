@@ -1,5 +1,6 @@
-// The cluster's endpoints (docs/SCALING.md): GET /api/v1/cluster, and the
-// fan-out that makes the lists of any server show the whole fleet.
+// The cluster's endpoints (docs/SCALING.md): GET /api/v1/cluster, the
+// fan-out that makes the lists of any server show the whole fleet, and the
+// forwarding of one incident's or action's requests to its shard.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -18,6 +19,9 @@ namespace vigil {
 namespace {
 
 using Json = nlohmann::json;
+
+// Set on a request one server sends on to another: never sent on again.
+constexpr char kForwardedHeader[] = "X-Vigil-Forwarded-By";
 
 Json MemberJson(const cluster::Member& member) {
   return {{"shard", member.shard},
@@ -81,6 +85,63 @@ void HttpApi::InstallClusterHandlers() {
     const std::string data = o.detection->ExportProfiles(job);
     Reply(res, 200, Json{{"job", job}, {"profiles", absl::Base64Escape(data)}});
   });
+}
+
+bool HttpApi::ForwardToShardOf(const std::string& id, const httplib::Request& req,
+                               httplib::Response& res) const {
+  const HttpApiOptions& o = options_;
+  if (o.cluster == nullptr || o.transport == nullptr || req.has_header(kForwardedHeader))
+    return false;
+  const cluster::Member self = o.cluster->self();
+  const std::string shard = cluster::ShardNamedBy(id);
+  if (shard.empty() || shard == self.shard) return false;
+  const std::vector<cluster::Member> members = o.cluster->view().map.MembersOf(shard);
+  if (members.empty()) {
+    ReplyError(res, 503, absl::StrCat(id, " belongs to shard ", shard,
+                                      ", which has no live member in the cluster now"));
+    return true;
+  }
+  OutboundRequest out;
+  out.method = req.method;
+  if (req.has_header("Authorization"))
+    out.headers.emplace_back("Authorization", req.get_header_value("Authorization"));
+  if (!req.body.empty()) {
+    out.headers.emplace_back("Content-Type", "application/json");
+    out.body = req.body;
+  }
+  out.headers.emplace_back(kForwardedHeader, absl::StrCat(self.shard, "/", self.replica));
+  std::string query;
+  for (const auto& [name, value] : req.params) {
+    absl::StrAppend(&query, query.empty() ? "?" : "&", httplib::detail::encode_query_param(name),
+                    "=", httplib::detail::encode_query_param(value));
+  }
+  TransportResult last;
+  std::string errors;
+  for (const cluster::Member& member : members) {
+    out.url = absl::StrCat(member.http, req.path, query);
+    TransportResult result = o.transport->Send(out, o.fan_out_timeout_seconds);
+    if (result.http_status == 0) {
+      absl::StrAppend(&errors, errors.empty() ? "" : "; ", member.replica, ": ", result.error);
+      continue;
+    }
+    // Not there (an action lives on the shard's leader) or failing: the
+    // next member may have it.
+    if (result.http_status == 404 || result.http_status >= 500) {
+      last = std::move(result);
+      continue;
+    }
+    res.status = result.http_status;
+    res.set_content(result.body, "application/json");
+    return true;
+  }
+  if (last.http_status != 0) {
+    res.status = last.http_status;
+    res.set_content(last.body, "application/json");
+  } else {
+    ReplyError(res, 502, absl::StrCat("no member of shard ", shard, " (which holds ", id,
+                                      ") answered: ", errors));
+  }
+  return true;
 }
 
 void HttpApi::ReplyFleetWide(const httplib::Request& req, httplib::Response& res, Json local,

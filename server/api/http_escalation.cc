@@ -10,6 +10,8 @@
 //   GET  /api/v1/remediation, POST /api/v1/remediation/reset       admin
 //   GET  /api/v1/audit?limit=                                      viewer
 //   GET  /api/v1/oncall, GET /api/v1/whoami                        viewer
+// In cluster mode a request about another shard's incident or action goes
+// on to that shard (HttpApi::ForwardToShardOf, http_cluster.cc).
 //   POST /api/v1/callbacks/twilio/voice   Twilio <Gather> keypresses,
 //        authenticated by X-Twilio-Signature instead of a token.
 #include <map>
@@ -76,8 +78,9 @@ void HttpApi::InstallEscalationHandlers() {
 
   for (const char* verb : {"ack", "unack", "resolve"}) {
     server_->Post(absl::StrCat("/api/v1/incidents/", kId, "/", verb),
-                  [&esc, authorize, reply, verb = std::string(verb)](
+                  [this, &esc, authorize, reply, verb = std::string(verb)](
                       const httplib::Request& req, httplib::Response& res) {
+      if (ForwardToShardOf(req.matches[1].str(), req, res)) return;
       std::optional<Identity> who = authorize(req, res, Role::kOperator);
       if (!who) return;
       std::optional<Json> body = BodyObject(req, res);
@@ -117,16 +120,18 @@ void HttpApi::InstallEscalationHandlers() {
       return listing;
     return EscalationService::WithoutRawAnswers(std::move(listing));
   };
-  server_->Get("/api/v1/deliveries", [&esc, for_caller](
+  server_->Get("/api/v1/deliveries", [this, &esc, for_caller](
                                          const httplib::Request& req,
                                          httplib::Response& res) {
+    if (ForwardToShardOf(req.get_param_value("incident"), req, res)) return;
     Reply(res, 200,
           for_caller(req, esc.ListDeliveries(req.get_param_value("incident"),
                                              LimitParam(req, 1000))));
   });
 
-  server_->Get("/api/v1/actions", [&esc, for_caller](const httplib::Request& req,
-                                                     httplib::Response& res) {
+  server_->Get("/api/v1/actions", [this, &esc, for_caller](const httplib::Request& req,
+                                                           httplib::Response& res) {
+    if (ForwardToShardOf(req.get_param_value("incident"), req, res)) return;
     Reply(res, 200, for_caller(req, esc.ListActions(req.get_param_value("incident"))));
   });
   server_->Post("/api/v1/actions", [&esc, authorize, reply](
@@ -139,8 +144,9 @@ void HttpApi::InstallEscalationHandlers() {
     reply(res, esc.RequestAction(*body, *who), 201);
   });
   server_->Post(absl::StrCat("/api/v1/actions/", kId, "/approve"),
-                [&esc, authorize, reply](const httplib::Request& req,
-                                         httplib::Response& res) {
+                [this, &esc, authorize, reply](const httplib::Request& req,
+                                               httplib::Response& res) {
+    if (ForwardToShardOf(req.matches[1].str(), req, res)) return;
     std::optional<Identity> who = authorize(req, res, Role::kOperator);
     if (!who) return;
     reply(res, esc.ApproveAction(req.matches[1].str(), *who));

@@ -59,4 +59,17 @@ std::vector<ShardReply> FanOut(const ShardMap& map, const std::string& self_shar
   return replies;
 }
 
+std::string ShardNamedBy(std::string_view id) {
+  std::string_view rest;
+  for (std::string_view prefix : {"inc-", "act-"}) {
+    if (id.substr(0, prefix.size()) == prefix) rest = id.substr(prefix.size());
+  }
+  const size_t dash = rest.rfind('-');
+  if (dash == std::string_view::npos || dash == 0 || dash + 1 == rest.size()) return "";
+  for (char c : rest.substr(dash + 1)) {
+    if (c < '0' || c > '9') return "";
+  }
+  return std::string(rest.substr(0, dash));
+}
+
 }  // namespace vigil::cluster

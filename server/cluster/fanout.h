@@ -6,6 +6,7 @@
 #define VIGIL_SERVER_CLUSTER_FANOUT_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -31,6 +32,11 @@ std::vector<ShardReply> FanOut(const ShardMap& map, const std::string& self_shar
                                const std::string& path_and_query,
                                const std::string& authorization, Transport& transport,
                                double timeout_seconds);
+
+// The shard an id names: "inc-<shard>-<digits>" (incidents) or
+// "act-<shard>-<digits>" (actions) of cluster mode; "" for any other id
+// (a single server's "inc-000012", or none of these).
+std::string ShardNamedBy(std::string_view id);
 
 }  // namespace vigil::cluster
 

@@ -74,6 +74,9 @@ std::string ActionOf(Response response) {
   return "";
 }
 
+// The shard of a member's name "shard/replica".
+std::string ShardOf(const std::string& member) { return member.substr(0, member.find('/')); }
+
 // The fleet-wide breaker count of cluster mode, for ActionGate.
 class FleetSlots : public SharedBreaker {
  public:
@@ -113,8 +116,10 @@ absl::Status EscalationService::LoadActions() {
     // Actions are stored as they are decided, the counter only with the
     // next snapshot: never hand out an id an action already has.
     int64_t number = 0;
+    // "act-000012", or "act-<shard>-000012" in cluster mode.
+    const size_t dash = id.rfind('-');
     if (absl::StartsWith(id, "act-") &&
-        absl::SimpleAtoi(absl::string_view(id).substr(4), &number))
+        absl::SimpleAtoi(absl::string_view(id).substr(dash + 1), &number))
       next_action_ = std::max(next_action_, number + 1);
     actions_[id] = std::move(action);
   }
@@ -172,7 +177,12 @@ void EscalationService::StartActions(const Incident& incident,
 
 Json EscalationService::Decide(Json action, bool approved, double now) {
   if (!action.contains("id")) {
-    action["id"] = absl::StrFormat("act-%06d", next_action_++);
+    // In a cluster the id names the shard, so any server can send an
+    // approval to the shard that holds the action.
+    action["id"] = options_.pair.has_value()
+                       ? absl::StrFormat("act-%s-%06d", ShardOf(options_.pair->self),
+                                         next_action_++)
+                       : absl::StrFormat("act-%06d", next_action_++);
     action["created_ts"] = now;
   }
   ActionRequest request;

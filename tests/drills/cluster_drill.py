@@ -245,6 +245,31 @@ def drill_cluster(env, res, short, seed):
                   set(faults) <= got, f"jobs with incidents: {sorted(got)}; shards "
                   f"{(body or {}).get('shards') if isinstance(body, dict) else body}")
 
+    # ...and acts on them: an s1 incident read and acknowledged through an
+    # s0 server goes on to s1 (its id names the shard).
+    s1_job = by_shard["s1"][0]
+    s1_leader = leaders("s1")[0]
+    s1_inc = next((i for i in s1_leader.local_incidents() if i.get("job") == s1_job
+                   and i.get("kind") in FAULT_KINDS[faults[s1_job]]), None)
+    via = next(s for s in live() if s.shard == "s0")
+    if s1_inc is None:
+        res.check("another shard's incident is read and acknowledged through any server", False,
+                  f"no incident of {s1_job} on {s1_leader.name}")
+    else:
+        status, detail = via.get(f"/api/v1/incidents/{s1_inc['id']}")
+        ack_status, ack_body = lib.http(
+            f"{via.base}/api/v1/incidents/{s1_inc['id']}/ack", method="POST",
+            body={"comment": "drill: acked through the other shard"},
+            headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
+        acked = wait_until(lambda: next((i for i in s1_leader.local_incidents()
+                                         if i.get("id") == s1_inc["id"]), {}).get("lifecycle")
+                           == "acknowledged", 10, 0.2)
+        res.check("another shard's incident is read and acknowledged through any server",
+                  status == 200 and (detail or {}).get("id") == s1_inc["id"]
+                  and ack_status == 200 and acked,
+                  f"GET {status}, ack {ack_status} via {via.name}; "
+                  f"{s1_leader.name} {'acknowledged' if acked else str(ack_body)[:200]}")
+
     # 3. Stop the whole s1 pair: its jobs move to s0 and are watched again.
     s1_jobs = [j for j in jobs if owners[j] == "s1"]
     t_stop = time.time()
@@ -309,6 +334,7 @@ def drill_cluster(env, res, short, seed):
             if inc.get("kind") not in allowed:
                 stray.append(f"{s.name}: {inc.get('kind')} {inc.get('job')} {inc.get('node')}")
     res.check("no incident besides the injected faults", not stray, "; ".join(stray[:6]))
-    res.times = "1 SIGKILL (and restart), 1 ack through the standby, 1 pair stopped, 1 shard joined"
+    res.times = ("1 SIGKILL (and restart), 1 ack through the standby, 1 ack through the other "
+                 "shard, 1 pair stopped, 1 shard joined")
     for a in agents:
         a.stop()

@@ -1,5 +1,6 @@
 #include "server/cluster/shard_map.h"
 #include "server/cluster/ownership.h"
+#include "server/cluster/fanout.h"
 
 #include <map>
 #include <string>
@@ -20,6 +21,18 @@ std::vector<std::string> Families(int n) {
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) out.push_back(absl::StrCat("llama-", i, "b"));
   return out;
+}
+
+// Incident and action ids of cluster mode name their shard (the API sends
+// a request about one to that shard); other ids name none.
+TEST(ShardNamedByTest, IdsOfClusterModeNameTheirShard) {
+  EXPECT_EQ(ShardNamedBy("inc-s0-000042"), "s0");
+  EXPECT_EQ(ShardNamedBy("act-rack-7.b-000001"), "rack-7.b");
+  EXPECT_EQ(ShardNamedBy("inc-000042"), "");
+  EXPECT_EQ(ShardNamedBy("inc-s0-"), "");
+  EXPECT_EQ(ShardNamedBy("inc-s0-12x"), "");
+  EXPECT_EQ(ShardNamedBy("sil-s0~a-000001"), "");
+  EXPECT_EQ(ShardNamedBy(""), "");
 }
 
 TEST(ShardMapTest, EmptyMapOwnsNothing) {

@@ -385,6 +385,8 @@ TEST_F(EscalationServiceTest, ANewLeaderStartsTheActionsTheOldOneDidNot) {
   const Json body = Json::parse(sent[0].body);
   EXPECT_EQ(body["action"], "pause_job");
   EXPECT_EQ(body["incident_id"], open_id);
+  // In a pair, action ids name the shard (any server routes an approval).
+  EXPECT_TRUE(absl::StartsWith(body["id"].get<std::string>(), "act-s0-")) << body["id"];
   ASSERT_TRUE(Eventually([&] {
     std::lock_guard<std::mutex> lock(marks_mu_);
     return action_marks_.contains(absl::StrCat(
@@ -693,6 +695,28 @@ TEST_F(EscalationServiceTest, ActionIdsAreNotReusedAfterACrash) {
   const std::string second_action =
       service_->ListActions(second)["actions"][0]["id"].get<std::string>();
   EXPECT_NE(second_action, first_action);
+}
+
+// The same with the shard in the ids (cluster mode: "act-s0-000001").
+TEST_F(EscalationServiceTest, ActionIdsNamingTheShardAreNotReusedAfterACrash) {
+  service_->Stop();
+  pair_ = true;
+  StartService();
+  AddJobNodes("llm", 8);
+  const std::string first = Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
+                                 {Response::kCordonNode});
+  const std::string first_action =
+      service_->ListActions(first)["actions"][0]["id"].get<std::string>();
+  EXPECT_EQ(first_action, "act-s0-000001");
+  service_->Stop();
+  service_.reset();
+  Json state = Json::parse(*store_->GetState("escalation"));
+  state["next_action"] = 1;
+  ASSERT_TRUE(store_->PutState("escalation", state.dump()).ok());
+  StartService();
+  const std::string second = Open(Severity::kP0, "ecc_double_bit", "llm", "n2",
+                                  {Response::kCordonNode});
+  EXPECT_EQ(service_->ListActions(second)["actions"][0]["id"], "act-s0-000002");
 }
 
 TEST_F(EscalationServiceTest, SilencedIncidentsAreNotPaged) {
