@@ -108,6 +108,8 @@ std::optional<double> RetryAfterSeconds(const std::string& retry_after,
 
 class CurlTransport : public Transport {
  public:
+  explicit CurlTransport(TlsFiles tls) : tls_(std::move(tls)) {}
+
   TransportResult Send(const OutboundRequest& request,
                        double timeout_seconds) override {
     InitCurlOnce();
@@ -130,6 +132,11 @@ class CurlTransport : public Transport {
         handle, CURLOPT_CONNECTTIMEOUT_MS,
         std::min(timeout_ms, std::lround(kMaxConnectSeconds * 1000)));
     curl_easy_setopt(handle, CURLOPT_FOLLOWLOCATION, 0L);
+    if (!tls_.ca_file.empty()) curl_easy_setopt(handle, CURLOPT_CAINFO, tls_.ca_file.c_str());
+    if (!tls_.cert_file.empty()) {
+      curl_easy_setopt(handle, CURLOPT_SSLCERT, tls_.cert_file.c_str());
+      curl_easy_setopt(handle, CURLOPT_SSLKEY, tls_.key_file.c_str());
+    }
     curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, OnBody);
     curl_easy_setopt(handle, CURLOPT_WRITEDATA, &exchange);
     if (!request.username.empty() || !request.password.empty()) {
@@ -203,12 +210,15 @@ class CurlTransport : public Transport {
     }
     return result;
   }
+
+ private:
+  const TlsFiles tls_;
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> NewCurlTransport() {
-  return std::make_unique<CurlTransport>();
+std::unique_ptr<Transport> NewCurlTransport(TlsFiles tls) {
+  return std::make_unique<CurlTransport>(std::move(tls));
 }
 
 }  // namespace vigil

@@ -132,8 +132,15 @@ class Transport {
                                double timeout_seconds) = 0;
 };
 
-// libcurl (HTTP, HTTPS with the system CA store, SMTP/SMTPS).
-std::unique_ptr<Transport> NewCurlTransport();
+// TLS files (PEM) for HTTPS requests of a transport. Empty: the system's
+// CA store and no client certificate.
+struct TlsFiles {
+  std::string ca_file;    // CAs that may sign the server's certificate
+  std::string cert_file;  // client certificate (mutual TLS), with key_file
+  std::string key_file;
+};
+// libcurl (HTTP, HTTPS, SMTP/SMTPS).
+std::unique_ptr<Transport> NewCurlTransport(TlsFiles tls = {});
 
 // How a send went.
 enum class DeliveryVerdict : uint8_t { kDelivered, kRetry, kFailed };

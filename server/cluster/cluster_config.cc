@@ -7,12 +7,18 @@ void ParseClusterSection(const nlohmann::json& section, JsonConfigReader& r,
                          std::optional<ClusterOptions>* out) {
   const std::string path = "cluster";
   if (!r.CheckObject(section, path,
-                     {"etcd_endpoints", "prefix", "shard", "replica", "advertise_grpc",
-                      "advertise_http", "lease_seconds", "poll_seconds"})) {
+                     {"etcd_endpoints", "etcd_ca_file", "etcd_cert_file", "etcd_key_file",
+                      "etcd_username", "etcd_password_file", "prefix", "shard", "replica",
+                      "advertise_grpc", "advertise_http", "lease_seconds", "poll_seconds"})) {
     return;
   }
   ClusterOptions o;
   r.StringList(section, path, "etcd_endpoints", &o.etcd_endpoints);
+  r.String(section, path, "etcd_ca_file", &o.etcd_ca_file);
+  r.String(section, path, "etcd_cert_file", &o.etcd_cert_file);
+  r.String(section, path, "etcd_key_file", &o.etcd_key_file);
+  r.String(section, path, "etcd_username", &o.etcd_username);
+  r.String(section, path, "etcd_password_file", &o.etcd_password_file);
   r.String(section, path, "prefix", &o.prefix);
   r.String(section, path, "shard", &o.shard);
   r.String(section, path, "replica", &o.replica);

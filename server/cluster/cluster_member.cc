@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -45,10 +46,18 @@ absl::Status ValidateClusterOptions(const ClusterOptions& options) {
     return absl::InvalidArgumentError("cluster.etcd_endpoints: at least one etcd URL is required");
   }
   for (const std::string& endpoint : options.etcd_endpoints) {
-    if (!absl::StartsWith(endpoint, "http://")) {
+    if (!absl::StartsWith(endpoint, "http://") && !absl::StartsWith(endpoint, "https://")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "cluster.etcd_endpoints: '", endpoint, "' is not an http:// URL"));
+          "cluster.etcd_endpoints: '", endpoint, "' is not an http:// or https:// URL"));
     }
+  }
+  if (options.etcd_cert_file.empty() != options.etcd_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "cluster.etcd_cert_file and cluster.etcd_key_file: give both or neither");
+  }
+  if (options.etcd_username.empty() != options.etcd_password_file.empty()) {
+    return absl::InvalidArgumentError(
+        "cluster.etcd_username and cluster.etcd_password_file: give both or neither");
   }
   if (options.prefix.empty() || options.prefix.front() != '/') {
     return absl::InvalidArgumentError("cluster.prefix must start with '/'");
@@ -88,9 +97,20 @@ absl::Status ValidateClusterOptions(const ClusterOptions& options) {
 absl::StatusOr<std::unique_ptr<ClusterMember>> ClusterMember::Create(ClusterOptions options,
                                                                      Clock* clock) {
   if (absl::Status valid = ValidateClusterOptions(options); !valid.ok()) return valid;
-  absl::StatusOr<std::unique_ptr<EtcdClient>> etcd =
-      EtcdClient::Create(options.etcd_endpoints, /*timeout_seconds=*/
-                         std::max(0.5, options.lease_seconds / 4.0));
+  EtcdClientOptions etcd_options;
+  etcd_options.endpoints = options.etcd_endpoints;
+  etcd_options.timeout_seconds = std::max(0.5, options.lease_seconds / 4.0);
+  etcd_options.tls = {options.etcd_ca_file, options.etcd_cert_file, options.etcd_key_file};
+  etcd_options.username = options.etcd_username;
+  if (!options.etcd_password_file.empty()) {
+    std::ifstream file(options.etcd_password_file);
+    if (!file) {
+      return absl::NotFoundError(absl::StrCat("cluster.etcd_password_file: cannot read ",
+                                              options.etcd_password_file));
+    }
+    std::getline(file, etcd_options.password);  // the first line; no newline
+  }
+  absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Create(std::move(etcd_options));
   if (!etcd.ok()) return etcd.status();
   return std::unique_ptr<ClusterMember>(
       new ClusterMember(std::move(options), std::move(*etcd), clock));

@@ -28,7 +28,16 @@ namespace vigil::cluster {
 // The "cluster" section of the server's configuration; its presence turns
 // cluster mode on.
 struct ClusterOptions {
-  std::vector<std::string> etcd_endpoints;  // http:// URLs; required
+  std::vector<std::string> etcd_endpoints;  // http:// or https:// URLs; required
+  // https:// endpoints: the CA of etcd's certificate (empty: the system's)
+  // and a client certificate and key when etcd has --client-cert-auth.
+  std::string etcd_ca_file;
+  std::string etcd_cert_file;
+  std::string etcd_key_file;
+  // etcd authentication: a user whose role may read and write `prefix`,
+  // and a file holding its password.
+  std::string etcd_username;
+  std::string etcd_password_file;
   std::string prefix = "/vigil";            // every key lives under it
   std::string shard;                        // the pair this server belongs to
   std::string replica;                      // its name within the pair
@@ -56,7 +65,8 @@ struct ClusterView {
 
 class ClusterMember {
  public:
-  // kInvalidArgument for bad options. `clock` (not owned) times lease
+  // kInvalidArgument for bad options, kNotFound for an unreadable
+  // etcd_password_file. `clock` (not owned) times lease
   // renewals and leadership expiry; it must outlive the member.
   static absl::StatusOr<std::unique_ptr<ClusterMember>> Create(ClusterOptions options,
                                                                Clock* clock = RealClock());

@@ -59,34 +59,78 @@ std::string PrefixEnd(std::string_view prefix) {
 }
 
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
-    std::vector<std::string> endpoints, double timeout_seconds,
-    std::unique_ptr<Transport> transport) {
-  if (endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoint given");
-  for (const std::string& endpoint : endpoints) {
-    if (!absl::StartsWith(endpoint, "http://")) {
+    EtcdClientOptions options, std::unique_ptr<Transport> transport) {
+  if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoint given");
+  const bool https = absl::StartsWith(options.endpoints.front(), "https://");
+  for (const std::string& endpoint : options.endpoints) {
+    if (!absl::StartsWith(endpoint, https ? "https://" : "http://")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "etcd endpoint '", endpoint, "' is not an http:// URL (TLS to etcd is not supported yet)"));
+          "etcd endpoint '", endpoint, "': endpoints must all be http:// or all https:// URLs"));
     }
   }
-  if (!(timeout_seconds > 0)) return absl::InvalidArgumentError("etcd timeout must be > 0");
-  if (transport == nullptr) transport = NewCurlTransport();
-  return std::unique_ptr<EtcdClient>(
-      new EtcdClient(std::move(endpoints), timeout_seconds, std::move(transport)));
+  if (options.tls.cert_file.empty() != options.tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "etcd client certificate and key: give both (mutual TLS) or neither");
+  }
+  if (options.username.empty() && !options.password.empty()) {
+    return absl::InvalidArgumentError("etcd password given without a username");
+  }
+  if (!(options.timeout_seconds > 0)) return absl::InvalidArgumentError("etcd timeout must be > 0");
+  if (transport == nullptr) transport = NewCurlTransport(options.tls);
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options), std::move(transport)));
 }
 
-EtcdClient::EtcdClient(std::vector<std::string> endpoints, double timeout_seconds,
-                       std::unique_ptr<Transport> transport)
-    : endpoints_(std::move(endpoints)),
-      timeout_seconds_(timeout_seconds),
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
+    std::vector<std::string> endpoints, double timeout_seconds,
+    std::unique_ptr<Transport> transport) {
+  EtcdClientOptions options;
+  options.endpoints = std::move(endpoints);
+  options.timeout_seconds = timeout_seconds;
+  return Create(std::move(options), std::move(transport));
+}
+
+EtcdClient::EtcdClient(EtcdClientOptions options, std::unique_ptr<Transport> transport)
+    : endpoints_(std::move(options.endpoints)),
+      timeout_seconds_(options.timeout_seconds),
+      username_(std::move(options.username)),
+      password_(std::move(options.password)),
       transport_(std::move(transport)) {}
 
 EtcdClient::~EtcdClient() = default;
 
 absl::StatusOr<Json> EtcdClient::Call(std::string_view path, const Json& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!username_.empty() && token_.empty()) {
+    if (absl::Status s = AuthenticateLocked(); !s.ok()) return s;
+  }
+  absl::StatusOr<Json> answer = CallLocked(path, body);
+  if (!username_.empty() && absl::IsUnauthenticated(answer.status())) {
+    // The token expired (etcd's simple tokens last 5 min idle): once more.
+    if (absl::Status s = AuthenticateLocked(); !s.ok()) return s;
+    answer = CallLocked(path, body);
+  }
+  return answer;
+}
+
+absl::Status EtcdClient::AuthenticateLocked() {
+  token_.clear();
+  absl::StatusOr<Json> answer =
+      CallLocked("/v3/auth/authenticate", {{"name", username_}, {"password", password_}});
+  if (!answer.ok()) {
+    return absl::Status(answer.status().code(),
+                        absl::StrCat("etcd authentication as '", username_,
+                                     "': ", answer.status().message()));
+  }
+  token_ = answer->value("token", "");
+  if (token_.empty()) return absl::InternalError("etcd authenticated without giving a token");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Json> EtcdClient::CallLocked(std::string_view path, const Json& body) {
   OutboundRequest request;
   request.headers = {{"Content-Type", "application/json"}};
+  if (!token_.empty()) request.headers.emplace_back("Authorization", token_);
   request.body = body.dump();
-  std::lock_guard<std::mutex> lock(mu_);
   std::string failures;
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     const size_t index = (preferred_ + i) % endpoints_.size();
@@ -120,6 +164,13 @@ absl::StatusOr<Json> EtcdClient::Call(std::string_view path, const Json& body) {
           error.value("message", error.value("error", std::string("HTTP error")));
       const int code = static_cast<int>(IntField(error, "code"));
       if (code == 5) return absl::NotFoundError(absl::StrCat("etcd: ", message));
+      // gRPC's UNAUTHENTICATED (bad or expired token, wrong password) and
+      // PERMISSION_DENIED on a missing token ("user name is empty").
+      if (code == 16 || absl::StrContains(message, "user name is empty") ||
+          absl::StrContains(message, "invalid auth token") ||
+          absl::StrContains(message, "authentication failed")) {
+        return absl::UnauthenticatedError(absl::StrCat("etcd: ", message));
+      }
       return absl::FailedPreconditionError(absl::StrCat("etcd: ", message));
     }
     if (answer.contains("result") && answer["result"].is_object()) return answer["result"];

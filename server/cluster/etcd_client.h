@@ -39,14 +39,35 @@ struct KeyValue {
 //
 // Errors: kUnavailable when no endpoint answered, kInternal for an answer
 // that is not what the API documents, kFailedPrecondition for an etcd
-// error (e.g. "requested lease not found").
+// error (e.g. "requested lease not found"), kUnauthenticated when etcd
+// refuses the credentials (or asks for some and none are configured).
+// How to reach and authenticate to etcd.
+struct EtcdClientOptions {
+  // Base URLs, all http:// or all https:// ("https://10.0.0.5:2379").
+  std::vector<std::string> endpoints;
+  double timeout_seconds = 2.0;
+  // https:// endpoints: the CA that signed etcd's certificate (empty: the
+  // system's), and a client certificate and key for etcd's
+  // --client-cert-auth (both or neither).
+  TlsFiles tls;
+  // etcd authentication (etcd's RBAC): the client gets a token with these
+  // (/v3/auth/authenticate) and sends it with every request, getting a new
+  // one when etcd says it expired. Empty username: none.
+  std::string username;
+  std::string password;
+};
+
 class EtcdClient {
  public:
   // `endpoints` are base URLs ("http://127.0.0.1:2379"); kInvalidArgument
-  // when empty or one is not http:// (TLS to etcd is not supported yet).
-  // Requests go through `transport` (libcurl when null: unlike the
-  // gateway's other clients it reads the HTTP trailers etcd sends with
-  // every error).
+  // when empty or not all http:// or all https://, for a client
+  // certificate without its key (or the reverse), or a password without a
+  // username. Requests go through `transport` (libcurl with options.tls
+  // when null: unlike the gateway's other clients it reads the HTTP
+  // trailers etcd sends with every error).
+  static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(
+      EtcdClientOptions options, std::unique_ptr<Transport> transport = nullptr);
+  // Plain http:// endpoints, no authentication.
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(
       std::vector<std::string> endpoints, double timeout_seconds = 2.0,
       std::unique_ptr<Transport> transport = nullptr);
@@ -85,16 +106,24 @@ class EtcdClient {
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 
  private:
-  EtcdClient(std::vector<std::string> endpoints, double timeout_seconds,
-             std::unique_ptr<Transport> transport);
-  // POSTs `body` to `path` on the first endpoint that answers.
+  EtcdClient(EtcdClientOptions options, std::unique_ptr<Transport> transport);
+  // POSTs `body` to `path` on the first endpoint that answers, with the
+  // auth token (getting one first, and again once when etcd says it is no
+  // longer valid).
   absl::StatusOr<nlohmann::json> Call(std::string_view path, const nlohmann::json& body);
+  absl::StatusOr<nlohmann::json> CallLocked(std::string_view path, const nlohmann::json& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gets a new token_ with the username and password.
+  absl::Status AuthenticateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<std::string> endpoints_;
   const double timeout_seconds_;
+  const std::string username_;
+  const std::string password_;
   const std::unique_ptr<Transport> transport_;
   std::mutex mu_;
   size_t preferred_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string token_ ABSL_GUARDED_BY(mu_);
 };
 
 // The smallest key greater than every key starting with `prefix` (etcd's

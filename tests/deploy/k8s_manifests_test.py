@@ -12,7 +12,7 @@ deploy/k8s (every *.yaml, parsed with PyYAML):
     on a volumeClaimTemplate, --config mounted from a ConfigMap, probes on
     paths vigil-server serves (found in server/**/*.cc), resource requests;
   - each such ConfigMap's server.json is valid JSON with a "cluster"
-    section whose keys are known and whose etcd endpoints are http:// URLs,
+    section whose keys are known and whose etcd endpoints are http:// or https:// URLs,
     and listen ports that match the containers' ports;
   - the Service "vigil" reaches every pair on 8080 (http) and 50051 (grpc);
   - kustomization.yaml lists every manifest but the etcd example;
@@ -55,8 +55,9 @@ APP_LABEL = "app.kubernetes.io/name"
 SERVER_APP = "vigil-server"
 # The "cluster" section's keys (docs/SCALING.md, "Configuration";
 # server/cluster/cluster_member.h, ClusterOptions).
-CLUSTER_KEYS = {"etcd_endpoints", "prefix", "shard", "replica", "advertise_grpc",
-                "advertise_http", "lease_seconds", "poll_seconds"}
+CLUSTER_KEYS = {"etcd_endpoints", "etcd_ca_file", "etcd_cert_file", "etcd_key_file",
+                "etcd_username", "etcd_password_file", "prefix", "shard", "replica",
+                "advertise_grpc", "advertise_http", "lease_seconds", "poll_seconds"}
 REQUIRED_ARGS = ("--shard=", "--replica=", "--advertise-grpc=", "--advertise-http=")
 
 
@@ -114,9 +115,9 @@ def check_cluster_section(r, where, config):
     unknown = set(cluster) - CLUSTER_KEYS
     r.check(f"{where}: cluster keys are known", not unknown, f"unknown {sorted(unknown)}")
     endpoints = cluster.get("etcd_endpoints")
-    r.check(f"{where}: cluster.etcd_endpoints is a non-empty list of http:// URLs",
+    r.check(f"{where}: cluster.etcd_endpoints is a non-empty list of http(s):// URLs",
             isinstance(endpoints, list) and endpoints and
-            all(isinstance(e, str) and re.fullmatch(r"http://[^/\s]+:\d+/?", e)
+            all(isinstance(e, str) and re.fullmatch(r"https?://[^/\s]+:\d+/?", e)
                 for e in endpoints), repr(endpoints))
     if "lease_seconds" in cluster:
         lease = cluster["lease_seconds"]
@@ -463,9 +464,9 @@ def mutations():
         ("no cluster section", lambda m: set_config(m, cluster_edit(lambda c: c.pop("cluster")))),
         ("unknown cluster key",
          lambda m: set_config(m, cluster_edit(lambda c: c["cluster"].__setitem__("etcd", "x")))),
-        ("https etcd endpoint",
+        ("etcd endpoint not a URL",
          lambda m: set_config(m, cluster_edit(
-             lambda c: c["cluster"].__setitem__("etcd_endpoints", ["https://etcd-0.etcd:2379"])))),
+             lambda c: c["cluster"].__setitem__("etcd_endpoints", ["etcd-0.etcd:2379"])))),
         ("liveness on a path the server lacks",
          lambda m: server_container(sts(m))["livenessProbe"]["httpGet"]
          .__setitem__("path", "/api/v1/health")),

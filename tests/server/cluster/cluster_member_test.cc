@@ -118,8 +118,8 @@ TEST_F(EtcdTest, ADeadEndpointIsSkippedAndNoneIsUnavailable) {
   absl::Status put = (*none)->Put("/x", "y");
   EXPECT_TRUE(absl::IsUnavailable(put)) << put;
   EXPECT_NE(put.message().find(dead), std::string::npos) << put;
-  EXPECT_FALSE(EtcdClient::Create({}).ok());
-  EXPECT_FALSE(EtcdClient::Create({"https://etcd:2379"}).ok());
+  EXPECT_FALSE(EtcdClient::Create(std::vector<std::string>{}).ok());
+  EXPECT_FALSE(EtcdClient::Create({"ftp://etcd:2379"}).ok());
 }
 
 TEST_F(EtcdTest, OneLeaderPerShardAndTheStandbyTakesOverWhenItLeaves) {

@@ -14,15 +14,23 @@ class EtcdProcess {
   // True when an `etcd` binary is on PATH.
   static bool Available();
   // Starts etcd in a fresh temporary directory and waits until it answers
-  // (up to 10 s); url() is empty when it did not.
-  EtcdProcess();
+  // (up to 10 s); url() is empty when it did not. With `tls`, it serves
+  // https:// with a certificate of a CA made for it (openssl) and asks
+  // clients for a certificate of that CA (--client-cert-auth).
+  explicit EtcdProcess(bool tls = false);
   // Kills it and removes its directory.
   ~EtcdProcess();
   EtcdProcess(const EtcdProcess&) = delete;
   EtcdProcess& operator=(const EtcdProcess&) = delete;
 
-  // "http://127.0.0.1:PORT", or "" when it failed to start.
+  // "http://127.0.0.1:PORT" (https:// with tls), or "" when it failed to
+  // start.
   const std::string& url() const { return url_; }
+  // With tls: the CA's certificate, and a client certificate and key it
+  // signed (PEM files).
+  std::string ca_file() const { return dir_ + "/ca.pem"; }
+  std::string client_cert_file() const { return dir_ + "/client.pem"; }
+  std::string client_key_file() const { return dir_ + "/client-key.pem"; }
 
  private:
   pid_t pid_ = -1;

@@ -98,6 +98,27 @@ TEST(ConfigTest, ClusterSection) {
   EXPECT_EQ(options.cluster->poll_seconds, 2);
   EXPECT_TRUE(ValidateServerOptions(options).ok()) << ValidateServerOptions(options);
 
+  // etcd over TLS, with a client certificate and a user.
+  ServerOptions secure;
+  secure.memory = true;
+  secure.grpc_insecure = true;
+  s = ParseServerConfig(R"({"cluster": {
+    "etcd_endpoints": ["https://etcd-0:2379", "https://etcd-1:2379"],
+    "etcd_ca_file": "/etc/vigil/etcd-ca.pem", "etcd_cert_file": "/etc/vigil/etcd.pem",
+    "etcd_key_file": "/etc/vigil/etcd-key.pem", "etcd_username": "vigil",
+    "etcd_password_file": "/etc/vigil/etcd-password", "shard": "s0", "replica": "a",
+    "advertise_grpc": "h:7070", "advertise_http": "http://h:8080"}})",
+                        &secure);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(secure.cluster->etcd_ca_file, "/etc/vigil/etcd-ca.pem");
+  EXPECT_EQ(secure.cluster->etcd_key_file, "/etc/vigil/etcd-key.pem");
+  EXPECT_EQ(secure.cluster->etcd_username, "vigil");
+  EXPECT_EQ(secure.cluster->etcd_password_file, "/etc/vigil/etcd-password");
+  EXPECT_TRUE(ValidateServerOptions(secure).ok()) << ValidateServerOptions(secure);
+  secure.cluster->etcd_key_file.clear();
+  s = ValidateServerOptions(secure);
+  EXPECT_NE(std::string(s.message()).find("etcd_key_file"), std::string::npos) << s;
+
   ServerOptions bad;
   s = ParseServerConfig(R"({"cluster": {"lease_seconds": 1, "shard": 7, "etcd": []}})", &bad);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
