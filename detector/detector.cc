@@ -190,10 +190,10 @@ absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
   }
   Impl& m = *impl_;
   if (id < m.dense_of_id.size() && m.dense_of_id[id] != kNone) {
-    if (m.keys[m.dense_of_id[id]] == key) return absl::OkStatus();
+    if (m.keys[m.dense_of_id[id]] == EncodeSeriesKey(key)) return absl::OkStatus();
     return absl::AlreadyExistsError(
         absl::StrCat("series id ", id, " is already ",
-                     m.keys[m.dense_of_id[id]].ToString()));
+                     m.KeyOf(m.dense_of_id[id]).ToString()));
   }
   if (id >= m.dense_of_id.size()) {
     m.dense_of_id.resize(std::max<size_t>(id + 1, m.dense_of_id.size() * 2),
@@ -224,11 +224,11 @@ absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
     dense = m.free_series.back();
     m.free_series.pop_back();
     m.series[dense] = std::move(s);
-    m.keys[dense] = key;
+    m.keys[dense] = EncodeSeriesKey(key);
   } else {
     dense = static_cast<uint32_t>(m.series.size());
     m.series.push_back(std::move(s));
-    m.keys.push_back(key);
+    m.keys.push_back(EncodeSeriesKey(key));
   }
   m.dense_of_id[id] = dense;
   if (auto it = m.pending_series.find(id); it != m.pending_series.end()) {
@@ -746,7 +746,7 @@ Anomaly& Detector::Impl::Emit(AnomalyKind kind, bool cleared, uint32_t node,
   }
   if (gpu != kNone) a.gpu = gpus[gpu].index;
   if (dense != kNone) {
-    const SeriesKey& key = keys[dense];
+    const SeriesKey key = KeyOf(dense);
     a.series_id = series[dense].id;
     a.metric = key.metric;
     a.dev = std::string(key.LabelValue("dev"));

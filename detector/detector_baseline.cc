@@ -124,7 +124,7 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
 void Detector::Impl::Inherit(SeriesState& s) {
   const NodeState& n = nodes[s.node];
   const JobState& j = jobs[n.job];
-  const SeriesKey& key = keys[&s - series.data()];
+  const SeriesKey key = KeyOf(static_cast<uint32_t>(&s - series.data()));
   int live = 0;
   for (uint32_t p : j.nodes) live += nodes[p].retired || nodes[p].ended ? 0 : 1;
   for (const std::string* name : {&j.name, &j.family}) {
@@ -163,7 +163,8 @@ void Detector::Impl::Inherit(SeriesState& s) {
 void Detector::Impl::Contribute(const SeriesState& s) {
   const NodeState& n = nodes[s.node];
   const JobState& j = jobs[n.job];
-  const std::string& metric = keys[&s - series.data()].metric;
+  const std::string metric =
+      KeyOf(static_cast<uint32_t>(&s - series.data())).metric;
   for (const std::string* name : {&j.name, &j.family}) {
     if (name->empty()) continue;
     Profile& p = profiles[*name];

@@ -417,7 +417,13 @@ struct Detector::Impl {
   std::optional<std::regex> family_re;
   std::vector<uint32_t> dense_of_id;
   std::vector<detector_internal::SeriesState> series;
-  std::vector<SeriesKey> keys;  // by dense index
+  // By dense index: the series' key, encoded (EncodeSeriesKey; about half
+  // the memory of a SeriesKey); "" for a free slot.
+  std::vector<std::string> keys;
+  // The key of series `dense`, decoded.
+  SeriesKey KeyOf(uint32_t dense) const {
+    return DecodeSeriesKey(keys[dense]).value_or(SeriesKey());
+  }
   std::vector<uint32_t> free_series;
   std::vector<uint32_t> forgotten;  // ids freed since TakeForgotten
   std::vector<detector_internal::SeriesAux> aux;

@@ -462,7 +462,7 @@ void Detector::Impl::FreePair(uint32_t idx) {
       free_aux.push_back(s.aux);
     }
     s = SeriesState();
-    keys[dense] = SeriesKey();
+    keys[dense] = std::string();
     primed_counters.erase(dense);
     free_series.push_back(dense);
   }

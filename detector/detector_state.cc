@@ -182,7 +182,7 @@ absl::Status Detector::SaveState(std::string* out) const {
   for (uint32_t d : keep) {
     const SeriesState& s = m.series[d];
     w.Put<uint32_t>(s.id);
-    w.Put<uint64_t>(KeyHash(m.keys[d]));
+    w.Put<uint64_t>(KeyHash(m.KeyOf(d)));
     w.Put<uint8_t>(static_cast<uint8_t>(s.stage));
     w.Put<float>(s.widen);
     w.Put<double>(s.level);
@@ -340,7 +340,7 @@ bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
   r.Get(&seen), r.Get(&early), r.Get(&stride), r.Get(&diff), r.Get(&samples);
   // The store reuses no id for another key; a mismatch means a snapshot of
   // another store: learn afresh.
-  if (!r.ok() || hash != KeyHash(keys[dense])) return false;
+  if (!r.ok() || hash != KeyHash(KeyOf(dense))) return false;
   s.stage = static_cast<Stage>(stage);
   s.widen = widen;
   s.level = level;

@@ -57,16 +57,18 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "storage/chunk_codec.h"
+#include "storage/compressed_samples.h"
 #include "storage/frame_log.h"
 #include "storage/rocksdb_store.h"
+#include "storage/series_index.h"
 #include "storage/store_util.h"
 
 namespace vigil {
@@ -77,7 +79,7 @@ constexpr double kRetentionInterval = 600;
 constexpr int64_t kDayMs = 86'400'000;
 // Series per batch when turning an expired day into rollups.
 constexpr size_t kRetentionBatchSeries = 1024;
-// Longest block span: block offsets are u32 milliseconds.
+// Longest block span: a piece whose samples span more is corrupt.
 constexpr double kMaxBlockSeconds = 40 * 86400.0;
 // Open-block pieces are short-lived: compress them cheaply.
 constexpr ChunkCodecOptions kPieceCodec{.zstd_level = 1};
@@ -243,20 +245,20 @@ std::span<const FrameColumns> KnownSeriesOnly(
 // One series' in-memory state: its cursor and its open block.
 struct Block {
   SeriesCursor cursor;
-  int64_t start_ms = 0;
-  std::vector<uint32_t> offsets;  // ts - start_ms
-  std::vector<double> values;
+  int64_t start_ms = 0;           // of the first sample of `samples`
+  CompressedSamples samples;      // the open block
   uint32_t checkpointed = 0;      // samples [0, checkpointed) are in pieces
   std::vector<int64_t> pieces;    // start of each piece in the open family
   bool expired = false;           // left the index (all data expired)
 };
 
-// Materializes timestamps [begin, end) of `block`.
-void BlockTimestamps(const Block& block, size_t begin, size_t end,
-                     std::vector<int64_t>* out) {
-  out->resize(end - begin);
-  for (size_t i = begin; i < end; ++i)
-    (*out)[i - begin] = block.start_ms + block.offsets[i];
+// Decodes samples [begin, end of block) of `block` into `ts` and `values`
+// (replacing what they held).
+void DecodeBlock(const Block& block, size_t begin, std::vector<int64_t>* ts,
+                 std::vector<double>* values) {
+  ts->clear();
+  values->clear();
+  block.samples.Decode(begin, ts, values);
 }
 
 class RocksDbStore : public SeriesStore {
@@ -342,7 +344,14 @@ class RocksDbStore : public SeriesStore {
     uint64_t log_number = 0;
     std::vector<SeriesId> ids;  // the dirty list it took; may repeat ids
     rocksdb::WriteBatch batch;  // what is encoded and not written yet
-    std::vector<std::pair<SeriesId, int64_t>> written;  // (id, piece start)
+    // A piece encoded: its series, its start, and the series' checkpointed
+    // count before it (restored if the piece is not written).
+    struct Piece {
+      SeriesId id;
+      int64_t start;
+      uint32_t checkpointed_before;
+    };
+    std::vector<Piece> written;
     size_t durable = 0;  // written[0, durable) are in the database
   };
   // Starts a new log segment and takes the dirty list.
@@ -401,8 +410,7 @@ class RocksDbStore : public SeriesStore {
   // The series index; Append never takes it, so listing series does not
   // hold up ingest. Acquired after mu_ when both are needed.
   mutable absl::Mutex index_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::vector<SeriesKey> keys_ ABSL_GUARDED_BY(index_mu_);  // empty: expired
-  absl::flat_hash_map<SeriesKey, SeriesId> ids_ ABSL_GUARDED_BY(index_mu_);
+  SeriesIndex index_ ABSL_GUARDED_BY(index_mu_);
   uint64_t expired_ ABSL_GUARDED_BY(index_mu_) = 0;
 
   mutable absl::Mutex mu_;
@@ -416,7 +424,7 @@ class RocksDbStore : public SeriesStore {
   uint64_t checkpoints_ ABSL_GUARDED_BY(mu_) = 0;
   // A sliced checkpoint runs (CheckpointInSlices); others wait for it.
   bool checkpointing_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);  // by id, like keys_
+  std::vector<Block> blocks_ ABSL_GUARDED_BY(mu_);  // by id, like index_
   uint64_t expired_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<SeriesId> dirty_ ABSL_GUARDED_BY(mu_);  // may repeat ids
   std::unique_ptr<FrameLogWriter> log_ ABSL_GUARDED_BY(mu_);
@@ -519,20 +527,20 @@ absl::Status RocksDbStore::LoadIndex() {
       db_->NewIterator(rocksdb::ReadOptions(), cf(kIndex)));
   for (it->Seek("i"); it->Valid() && it->key().starts_with("i"); it->Next()) {
     const rocksdb::Slice k = it->key();
-    if (k.size() != 5 || GetBE(k.data() + 1, 4) != keys_.size())
+    if (k.size() != 5 || GetBE(k.data() + 1, 4) != index_.size())
       return absl::DataLossError(
-          absl::StrCat("series index: missing or bad id near ", keys_.size()));
+          absl::StrCat("series index: missing or bad id near ", index_.size()));
     if (it->value().empty()) {  // expired
-      keys_.emplace_back();
+      index_.AddExpired();
       blocks_.emplace_back().expired = true;
       ++expired_;
       ++expired_blocks_;
       continue;
     }
-    VIGIL_ASSIGN_OR_RETURN(SeriesKey key,
-                           DecodeSeriesKey(it->value().ToStringView()));
-    ids_.emplace(key, static_cast<SeriesId>(keys_.size()));
-    keys_.push_back(std::move(key));
+    // Decoded once to check it; kept encoded.
+    VIGIL_RETURN_IF_ERROR(
+        DecodeSeriesKey(it->value().ToStringView()).status());
+    index_.Add(it->value().ToStringView());
     blocks_.emplace_back();
   }
   return FromRocks(it->status(), "cannot read series index");
@@ -564,9 +572,9 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
     ts.clear();
     values.clear();
     const bool decoded = DecodeChunk(it->value().ToStringView(), &ts, &values).ok();
-    const int64_t block_start = b.offsets.empty() && !ts.empty() ? ts[0] : b.start_ms;
+    const int64_t block_start = b.samples.empty() && !ts.empty() ? ts[0] : b.start_ms;
     if (!decoded || std::any_of(ts.begin(), ts.end(), [&](int64_t t) {
-          return t < block_start || t - block_start > UINT32_MAX;
+          return t < block_start || t - block_start > TsToMillis(kMaxBlockSeconds);
         })) {
       // Its samples are lost; the rest of the store stays usable.
       (void)quarantine.Put(cf(kQuarantine), QuarantineKey(kOpen, k), it->value());
@@ -581,14 +589,13 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       (void)quarantine.Delete(cf(kOpen), k);
       continue;
     }
-    if (b.offsets.empty()) b.start_ms = ts[0];
+    if (b.samples.empty()) b.start_ms = ts[0];
     b.pieces.push_back(Unbiased(GetBE(k.data() + 4, 8)));
     for (size_t i = 0; i < ts.size(); ++i) {
-      b.offsets.push_back(static_cast<uint32_t>(ts[i] - b.start_ms));
-      b.values.push_back(values[i]);
+      b.samples.Append(ts[i], values[i]);
       (void)ClassifySample(&b.cursor, ts[i], values[i]);
     }
-    b.checkpointed = static_cast<uint32_t>(b.offsets.size());
+    b.checkpointed = static_cast<uint32_t>(b.samples.size());
   }
   VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read open blocks"));
   if (quarantine.Count() == 0) return absl::OkStatus();
@@ -660,13 +667,12 @@ void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
       const SampleVerdict v = ClassifySample(&b.cursor, ts_ms, frame.values[i]);
       CountVerdict(v, result);
       if (v != SampleVerdict::kAccept) continue;
-      if (!b.offsets.empty() && ts_ms - b.start_ms >= block_ms_)
+      if (!b.samples.empty() && ts_ms - b.start_ms >= block_ms_)
         CloseBlock(id, &b, batch);
-      if (b.offsets.empty()) b.start_ms = ts_ms;
-      if (b.offsets.size() == b.checkpointed) dirty_.push_back(id);
-      b.offsets.push_back(static_cast<uint32_t>(ts_ms - b.start_ms));
-      b.values.push_back(frame.values[i]);
-      if (b.offsets.size() >= block_samples) CloseBlock(id, &b, batch);
+      if (b.samples.empty()) b.start_ms = ts_ms;
+      if (b.samples.size() == b.checkpointed) dirty_.push_back(id);
+      b.samples.Append(ts_ms, frame.values[i]);
+      if (b.samples.size() >= block_samples) CloseBlock(id, &b, batch);
     }
   }
 }
@@ -674,20 +680,20 @@ void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
 void RocksDbStore::CloseBlock(SeriesId id, Block* b,
                               rocksdb::WriteBatch* batch) {
   thread_local std::vector<int64_t> ts;
-  BlockTimestamps(*b, 0, b->offsets.size(), &ts);
-  const std::string chunk = EncodeChunk(ts, b->values);
+  thread_local std::vector<double> values;
+  DecodeBlock(*b, 0, &ts, &values);
+  const std::string chunk = EncodeChunk(ts, values);
   const int64_t day = DayOf(b->start_ms);
   if (day <= retention_day_) ++late_writes_;
   (void)batch->Put(cf(kRaw), RawKey(day, id, b->start_ms), chunk);
   std::string cursor;
   PutBE(&cursor, Biased(ts.back()), 8);
   uint64_t bits;
-  std::memcpy(&bits, &b->values.back(), sizeof bits);
+  std::memcpy(&bits, &values.back(), sizeof bits);
   PutBE(&cursor, bits, 8);
   (void)batch->Put(cf(kOpen), CursorKey(id), cursor);
   for (int64_t piece : b->pieces) (void)batch->Delete(cf(kOpen), PieceKey(id, piece));
-  b->offsets.clear();
-  b->values.clear();
+  b->samples.Clear();
   b->pieces.clear();
   b->checkpointed = 0;
   ++chunks_flushed_;
@@ -724,17 +730,17 @@ absl::StatusOr<RocksDbStore::CheckpointWork> RocksDbStore::BeginCheckpoint() {
 void RocksDbStore::EncodePieces(CheckpointWork& work, size_t begin,
                                 size_t end) {
   thread_local std::vector<int64_t> ts;
+  thread_local std::vector<double> values;
   for (size_t i = begin; i < end; ++i) {
     const SeriesId id = work.ids[i];
     Block& b = blocks_[id];
-    if (b.checkpointed >= b.offsets.size()) continue;
-    BlockTimestamps(b, b.checkpointed, b.offsets.size(), &ts);
-    const std::string piece = EncodeChunk(
-        ts, std::span(b.values).subspan(b.checkpointed), kPieceCodec);
+    if (b.checkpointed >= b.samples.size()) continue;
+    DecodeBlock(b, b.checkpointed, &ts, &values);
+    const std::string piece = EncodeChunk(ts, values, kPieceCodec);
     (void)work.batch.Put(cf(kOpen), PieceKey(id, ts[0]), piece);
-    work.written.emplace_back(id, ts[0]);
+    work.written.push_back({id, ts[0], b.checkpointed});
     b.pieces.push_back(ts[0]);  // provisional: rolled back on failure
-    b.checkpointed = static_cast<uint32_t>(b.offsets.size());
+    b.checkpointed = static_cast<uint32_t>(b.samples.size());
   }
 }
 
@@ -770,27 +776,26 @@ absl::Status RocksDbStore::FinishCheckpoint(CheckpointWork& work,
     // The old segments stay in the replay range; undo the bookkeeping of
     // the pieces not written (those written stay: valid pieces).
     for (size_t i = work.durable; i < work.written.size(); ++i) {
-      auto [id, start] = work.written[i];
-      if (!holds(id, start)) continue;
-      Block& b = blocks_[id];
+      const CheckpointWork::Piece& piece = work.written[i];
+      if (!holds(piece.id, piece.start)) continue;
+      Block& b = blocks_[piece.id];
       b.pieces.pop_back();
-      b.checkpointed = static_cast<uint32_t>(
-          std::find(b.offsets.begin(), b.offsets.end(),
-                    static_cast<uint32_t>(start - b.start_ms)) -
-          b.offsets.begin());
+      b.checkpointed = piece.checkpointed_before;
     }
     dirty_.insert(dirty_.end(), work.ids.begin(), work.ids.end());
     for (size_t i = 0; i < work.durable; ++i) {
-      auto [id, start] = work.written[i];
-      if (!holds(id, start)) (void)orphans.Delete(cf(kOpen), PieceKey(id, start));
+      const CheckpointWork::Piece& piece = work.written[i];
+      if (!holds(piece.id, piece.start))
+        (void)orphans.Delete(cf(kOpen), PieceKey(piece.id, piece.start));
     }
     if (orphans.Count() > 0) (void)DbWrite(rocksdb::WriteOptions(), &orphans, "cannot delete pieces");
     return written;
   }
   ++checkpoints_;
   Hook("committed");
-  for (auto [id, start] : work.written) {
-    if (!holds(id, start)) (void)orphans.Delete(cf(kOpen), PieceKey(id, start));
+  for (const CheckpointWork::Piece& piece : work.written) {
+    if (!holds(piece.id, piece.start))
+      (void)orphans.Delete(cf(kOpen), PieceKey(piece.id, piece.start));
   }
   // One left by a crash before this write is dropped when the store opens.
   if (orphans.Count() > 0) (void)DbWrite(rocksdb::WriteOptions(), &orphans, "cannot delete pieces");
@@ -861,60 +866,58 @@ absl::Status RocksDbStore::CheckpointInSlices() {
 absl::StatusOr<SeriesId> RocksDbStore::Find(const SeriesKey& key) const {
   SeriesKey normal = key;
   VIGIL_RETURN_IF_ERROR(NormalizeSeriesKey(&normal));
+  const std::string encoded = EncodeSeriesKey(normal);
   absl::MutexLock l(&index_mu_);
-  auto it = ids_.find(normal);
-  if (it == ids_.end()) return absl::NotFoundError("no such series");
-  return it->second;
+  std::optional<SeriesId> id = index_.Find(encoded);
+  if (!id.has_value()) return absl::NotFoundError("no such series");
+  return *id;
 }
 
 absl::StatusOr<SeriesId> RocksDbStore::Resolve(const SeriesKey& key) {
   SeriesKey normal = key;
   VIGIL_RETURN_IF_ERROR(NormalizeSeriesKey(&normal));
+  const std::string encoded = EncodeSeriesKey(normal);
   {
     absl::MutexLock index(&index_mu_);
-    auto it = ids_.find(normal);
-    if (it != ids_.end()) return it->second;
+    if (std::optional<SeriesId> id = index_.Find(encoded)) return *id;
   }
   absl::MutexLock l(&mu_);
   absl::MutexLock index(&index_mu_);
-  auto it = ids_.find(normal);
-  if (it != ids_.end()) return it->second;  // created meanwhile
-  if (keys_.size() - expired_ >= options_.store.max_series)
+  // Created meanwhile?
+  if (std::optional<SeriesId> id = index_.Find(encoded)) return *id;
+  if (index_.size() - expired_ >= options_.store.max_series)
     return absl::ResourceExhaustedError(
         absl::StrCat("series limit ", options_.store.max_series, " reached"));
-  if (keys_.size() >= std::numeric_limits<SeriesId>::max())
+  if (index_.size() >= std::numeric_limits<SeriesId>::max())
     return absl::ResourceExhaustedError("series ids exhausted");
-  const SeriesId id = static_cast<SeriesId>(keys_.size());
+  const SeriesId id = static_cast<SeriesId>(index_.size());
   rocksdb::WriteOptions write;
   write.sync = options_.sync_frame_log;
   rocksdb::WriteBatch batch;
-  (void)batch.Put(cf(kIndex), IndexKey(id), EncodeSeriesKey(normal));
+  (void)batch.Put(cf(kIndex), IndexKey(id), encoded);
   if (absl::Status s = DbWrite(write, &batch, "cannot persist series"); !s.ok()) {
     NoteError(s);
     return s;
   }
-  ids_.emplace(normal, id);
-  keys_.push_back(std::move(normal));
+  index_.Add(encoded);
   blocks_.emplace_back();
   return id;
 }
 
 absl::StatusOr<SeriesKey> RocksDbStore::Key(SeriesId id) const {
   absl::MutexLock l(&index_mu_);
-  if (id >= keys_.size() || keys_[id].metric.empty())
-    return absl::NotFoundError(absl::StrCat("unknown series id ", id));
-  return keys_[id];
+  return index_.Key(id);
 }
 
 std::vector<SeriesInfo> RocksDbStore::ListSeries(
     const SeriesFilter& filter) const {
   absl::MutexLock l(&index_mu_);
   std::vector<SeriesInfo> out;
-  for (SeriesId id = filter.start; id < keys_.size() && out.size() < filter.limit;
+  for (SeriesId id = filter.start; id < index_.size() && out.size() < filter.limit;
        ++id) {
-    const SeriesKey& key = keys_[id];
-    if (!key.metric.empty() && MatchesFilter(key, filter))
-      out.push_back(SeriesInfo{.id = id, .key = key});
+    if (!index_.Live(id) || !index_.Matches(id, filter)) continue;
+    absl::StatusOr<SeriesKey> key = DecodeSeriesKey(index_.Encoded(id));
+    if (key.ok()) out.push_back(SeriesInfo{.id = id, .key = *std::move(key)});
   }
   return out;
 }
@@ -971,12 +974,14 @@ absl::StatusOr<int64_t> RocksDbStore::SnapshotOpenBlock(
   if (id >= blocks_.size() || blocks_[id].expired)
     return absl::NotFoundError(absl::StrCat("unknown series id ", id));
   const Block& b = blocks_[id];
-  if (b.offsets.empty()) return std::numeric_limits<int64_t>::max();
-  for (size_t i = 0; i < b.offsets.size(); ++i) {
-    const int64_t t = b.start_ms + b.offsets[i];
-    if (t < from_ms || t >= to_ms) continue;
-    ts->push_back(t);
-    values->push_back(b.values[i]);
+  if (b.samples.empty()) return std::numeric_limits<int64_t>::max();
+  thread_local std::vector<int64_t> all_ts;
+  thread_local std::vector<double> all_values;
+  DecodeBlock(b, 0, &all_ts, &all_values);
+  for (size_t i = 0; i < all_ts.size(); ++i) {
+    if (all_ts[i] < from_ms || all_ts[i] >= to_ms) continue;
+    ts->push_back(all_ts[i]);
+    values->push_back(all_values[i]);
   }
   return b.start_ms;
 }
@@ -1313,7 +1318,7 @@ absl::Status RocksDbStore::EnforceRetention() {
     rocksdb::WriteBatch batch;
     for (SeriesId id = 0; id < blocks_.size(); ++id) {
       Block& b = blocks_[id];
-      if (!b.offsets.empty() && DayOf(b.start_ms) <= raw_last)
+      if (!b.samples.empty() && DayOf(b.start_ms) <= raw_last)
         CloseBlock(id, &b, &batch);
     }
     VIGIL_RETURN_IF_ERROR(WriteLocked(&batch));
@@ -1363,7 +1368,7 @@ absl::Status RocksDbStore::ExpireSeries(int64_t last_day) {
   std::vector<SeriesId> expired;
   for (SeriesId id = 0; id < blocks_.size(); ++id) {
     const Block& b = blocks_[id];
-    if (!b.expired && b.cursor.has_last && b.offsets.empty() &&
+    if (!b.expired && b.cursor.has_last && b.samples.empty() &&
         DayOf(b.cursor.last_ms) <= last_day)
       expired.push_back(id);
   }
@@ -1379,8 +1384,7 @@ absl::Status RocksDbStore::ExpireSeries(int64_t last_day) {
   absl::MutexLock index(&index_mu_);
   for (SeriesId id : expired) {
     blocks_[id] = Block{.expired = true};
-    ids_.erase(keys_[id]);
-    keys_[id] = SeriesKey{};
+    index_.Expire(id);
   }
   expired_blocks_ += expired.size();
   expired_ += expired.size();
@@ -1528,7 +1532,7 @@ StoreStats RocksDbStore::Stats() const {
     absl::MutexLock l(&mu_);
     stats.checkpoints = checkpoints_;
     absl::MutexLock index(&index_mu_);
-    stats.series = keys_.size() - expired_;
+    stats.series = index_.size() - expired_;
     stats.series_expired = expired_;
     stats.samples_appended = appended_;
     stats.samples_dropped = dropped_;
