@@ -29,6 +29,7 @@
 #include "server/cluster/ownership.h"
 #include "server/ingest/ingest_service.h"
 #include "server/remote_write/remote_write.h"
+#include "server/health/memory_trimmer.h"
 #include "server/health/store_watch.h"
 #include "server/watchdog/watchdog.h"
 #include "storage/rocksdb_store.h"
@@ -46,6 +47,8 @@ constexpr int kKeepaliveTimeoutMs = 10'000;
 constexpr double kDetectionStallSeconds = 30;
 // How long a frame worker waits for a moved job's profiles from its old shard.
 constexpr double kProfilesFetchSeconds = 2;
+// How often freed heap is returned to the kernel (MemoryTrimmer).
+constexpr double kMemoryTrimSeconds = 30;
 // Size of a profiles export that holds none (Detector::ExportProfiles).
 constexpr size_t kEmptyProfilesBytes = 12;
 
@@ -404,6 +407,8 @@ absl::Status VigilServer::Start() {
   detection_ = std::move(detection);
   escalation_ = std::move(escalation);
   store_watch_ = std::move(store_watch);
+  memory_trimmer_ = std::make_unique<MemoryTrimmer>(clock_, kMemoryTrimSeconds);
+  memory_trimmer_->Start();
   changes_ = std::move(changes);
   fleet_ = std::move(fleet);
   tee_ = std::move(tee);
@@ -456,6 +461,7 @@ absl::Status VigilServer::Stop() {
   ingest_.reset();
   stream_auth_.reset();
   store_watch_->Stop();
+  memory_trimmer_->Stop();
   detection_->Stop();
   http_->Stop();
   http_.reset();
@@ -466,6 +472,7 @@ absl::Status VigilServer::Stop() {
   fleet_.reset();
   detection_.reset();
   store_watch_.reset();
+  memory_trimmer_.reset();
   escalation_.reset();
   changes_.reset();
   absl::Status flushed = store_->Flush();

@@ -33,6 +33,7 @@ class FleetView;
 class HttpApi;
 class IngestService;
 class RemoteWriter;
+class MemoryTrimmer;
 class StoreWatch;
 class StreamAuthenticator;
 class Watchdog;
@@ -95,6 +96,8 @@ class VigilServer {
   std::unique_ptr<DetectionService> detection_;
   std::unique_ptr<EscalationService> escalation_;
   std::unique_ptr<StoreWatch> store_watch_;
+  // Returns the heap glibc keeps after bursts to the kernel.
+  std::unique_ptr<MemoryTrimmer> memory_trimmer_;
   // Incident changes for the web UI's live pages.
   std::unique_ptr<EventHub> changes_;
   // Latest node and job state for the web UI.
