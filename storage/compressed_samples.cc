@@ -38,18 +38,6 @@ int64_t SignExtend(uint64_t v, int bits) {
   return static_cast<int64_t>((v ^ sign) - sign);
 }
 
-uint64_t BitsOf(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
-
-double DoubleOf(uint64_t b) {
-  double v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
-
 // Reads what CompressedSamples::Put wrote.
 class BitReader {
  public:
@@ -102,7 +90,7 @@ void CompressedSamples::Reserve() {
 
 void CompressedSamples::Append(int64_t ts_ms, double value) {
   Reserve();
-  const uint64_t bits = BitsOf(value);
+  const uint64_t bits = std::bit_cast<uint64_t>(value);
   if (count_ == 0) {
     Put(static_cast<uint64_t>(ts_ms), 64);
     Put(bits, 64);
@@ -166,7 +154,7 @@ void CompressedSamples::Decode(size_t begin, std::vector<int64_t>* ts_ms,
   for (size_t i = 0;; ++i) {
     if (i >= begin) {
       ts_ms->push_back(ts);
-      values->push_back(DoubleOf(value));
+      values->push_back(std::bit_cast<double>(value));
     }
     if (i + 1 == count_) break;
     int64_t dod = 0;

@@ -1,7 +1,7 @@
 #include "storage/compressed_samples.h"
 
+#include <bit>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -11,17 +11,8 @@
 namespace vigil {
 namespace {
 
-uint64_t Bits(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
-
-double FromBits(uint64_t b) {
-  double v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
+uint64_t Bits(double v) { return std::bit_cast<uint64_t>(v); }
+double FromBits(uint64_t b) { return std::bit_cast<double>(b); }
 
 // Appends every sample, then checks that decoding from each of a few
 // starting points gives them back bit for bit. Returns the buffer bytes.
