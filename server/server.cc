@@ -2,6 +2,8 @@
 
 #include "server/fleet/scheduler_query.h"
 
+#include <malloc.h>
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -29,7 +31,6 @@
 #include "server/cluster/ownership.h"
 #include "server/ingest/ingest_service.h"
 #include "server/remote_write/remote_write.h"
-#include "server/health/memory_trimmer.h"
 #include "server/health/store_watch.h"
 #include "server/watchdog/watchdog.h"
 #include "storage/rocksdb_store.h"
@@ -47,7 +48,8 @@ constexpr int kKeepaliveTimeoutMs = 10'000;
 constexpr double kDetectionStallSeconds = 30;
 // How long a frame worker waits for a moved job's profiles from its old shard.
 constexpr double kProfilesFetchSeconds = 2;
-// How often freed heap is returned to the kernel (MemoryTrimmer).
+// How often the heap glibc keeps after bursts (the start's dictionaries and
+// series creation) is handed back to the kernel (bench/RESULTS.md, RSS).
 constexpr double kMemoryTrimSeconds = 30;
 // Size of a profiles export that holds none (Detector::ExportProfiles).
 constexpr size_t kEmptyProfilesBytes = 12;
@@ -407,7 +409,10 @@ absl::Status VigilServer::Start() {
   detection_ = std::move(detection);
   escalation_ = std::move(escalation);
   store_watch_ = std::move(store_watch);
-  memory_trimmer_ = std::make_unique<MemoryTrimmer>(clock_, kMemoryTrimSeconds);
+  memory_trimmer_ = std::make_unique<PeriodicThread>(
+      clock_, kMemoryTrimSeconds, [] { malloc_trim(0); }, [](const std::string& error) {
+        std::fprintf(stderr, "vigil-server: malloc_trim threw %s\n", error.c_str());
+      });
   memory_trimmer_->Start();
   changes_ = std::move(changes);
   fleet_ = std::move(fleet);

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "common/periodic_thread.h"
 #include "notify/notify.h"
 #include "server/config/auth.h"
 #include "server/config/config.h"
@@ -33,7 +34,6 @@ class FleetView;
 class HttpApi;
 class IngestService;
 class RemoteWriter;
-class MemoryTrimmer;
 class StoreWatch;
 class StreamAuthenticator;
 class Watchdog;
@@ -97,7 +97,7 @@ class VigilServer {
   std::unique_ptr<EscalationService> escalation_;
   std::unique_ptr<StoreWatch> store_watch_;
   // Returns the heap glibc keeps after bursts to the kernel.
-  std::unique_ptr<MemoryTrimmer> memory_trimmer_;
+  std::unique_ptr<PeriodicThread> memory_trimmer_;
   // Incident changes for the web UI's live pages.
   std::unique_ptr<EventHub> changes_;
   // Latest node and job state for the web UI.
