@@ -11,6 +11,10 @@ namespace {
 // with a new XOR window (2 + 5 + 6 + 64).
 constexpr uint32_t kMaxSampleBits = 145;
 
+// Zero bytes kept past the last bit, so that Put and BitReader::Get can
+// load and store whole 64-bit words at any bit position.
+constexpr uint32_t kSlackBytes = 8;
+
 // Delta-of-delta classes: a prefix of `prefix_bits` bits holding `prefix`,
 // then the value in `bits` bits (two's complement). The last class holds
 // any 64-bit value.
@@ -38,21 +42,32 @@ int64_t SignExtend(uint64_t v, int bits) {
   return static_cast<int64_t>((v ^ sign) - sign);
 }
 
-// Reads what CompressedSamples::Put wrote.
+uint64_t LoadBigEndian64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return std::endian::native == std::endian::little ? __builtin_bswap64(v) : v;
+}
+
+void StoreBigEndian64(uint8_t* p, uint64_t v) {
+  if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap64(v);
+  std::memcpy(p, &v, sizeof v);
+}
+
+// Reads what CompressedSamples::Put wrote, a word at a time (the buffer
+// has kSlackBytes past its last bit).
 class BitReader {
  public:
   explicit BitReader(const uint8_t* bits) : bits_(bits) {}
+  // The next `n` (1..64) bits, most significant first.
   uint64_t Get(int n) {
-    uint64_t v = 0;
-    while (n > 0) {
-      const int in_byte = 8 - static_cast<int>(pos_ & 7);
-      const int take = std::min(n, in_byte);
-      const uint64_t byte = bits_[pos_ >> 3];
-      v = (v << take) | ((byte >> (in_byte - take)) & ((1u << take) - 1));
-      pos_ += take;
-      n -= take;
+    if (n > 56) {
+      const uint64_t high = Get(n - 32);
+      return (high << 32) | Get(32);
     }
-    return v;
+    const int skip = static_cast<int>(pos_ & 7);
+    const uint64_t word = LoadBigEndian64(bits_ + (pos_ >> 3)) << skip;
+    pos_ += n;
+    return word >> (64 - n);
   }
   bool Bit() { return Get(1) != 0; }
 
@@ -64,25 +79,26 @@ class BitReader {
 }  // namespace
 
 void CompressedSamples::Put(uint64_t v, int n) {
-  while (n > 0) {
-    const int free_in_byte = 8 - static_cast<int>(used_bits_ & 7);
-    const int take = std::min(n, free_in_byte);
-    const uint64_t part = (v >> (n - take)) & ((uint64_t{1} << take) - 1);
-    uint8_t& byte = bits_[used_bits_ >> 3];
-    if ((used_bits_ & 7) == 0) byte = 0;
-    byte |= static_cast<uint8_t>(part << (free_in_byte - take));
-    used_bits_ += take;
-    n -= take;
+  if (n > 56) {  // a word load holds 57..64 bits past any bit position
+    Put(v >> 32, n - 32);
+    Put(v & 0xffffffffu, 32);
+    return;
   }
+  // The bytes past used_bits_ are zero: OR the bits into the word there.
+  uint8_t* at = bits_.get() + (used_bits_ >> 3);
+  const int skip = static_cast<int>(used_bits_ & 7);
+  const uint64_t part = v & ((uint64_t{1} << n) - 1);
+  StoreBigEndian64(at, LoadBigEndian64(at) | (part << (64 - skip - n)));
+  used_bits_ += n;
 }
 
 void CompressedSamples::Reserve() {
-  const uint32_t need = (used_bits_ + kMaxSampleBits + 7) / 8;
+  const uint32_t need = (used_bits_ + kMaxSampleBits + 7) / 8 + kSlackBytes;
   if (need <= capacity_) return;
   // Grow by a quarter (at least 32 bytes): little slack in a buffer of
-  // which the store holds one per series.
+  // which the store holds one per series. New bytes are zero.
   const uint32_t grown = std::max({need, capacity_ + capacity_ / 4, 32u});
-  auto bigger = std::make_unique_for_overwrite<uint8_t[]>(grown);
+  auto bigger = std::make_unique<uint8_t[]>(grown);
   if (bits_ != nullptr) std::memcpy(bigger.get(), bits_.get(), (used_bits_ + 7) / 8);
   bits_ = std::move(bigger);
   capacity_ = grown;
