@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -522,15 +523,18 @@ class IngestService::Reactor final
   // process see it), where the other order would lose, say, the one frame
   // whose ECC counter jumped.
   void Deliver() {
-    int shards = 0;
-    for (const auto& d : state_.deliveries) shards += d.empty() ? 0 : 1;
-    if (shards == 0) {  // a batch without frames (a hello, a dictionary)
+    // The shards to deliver to, noted before the first part runs: the
+    // last part acks, and the next batch may then rewrite state_.
+    absl::InlinedVector<int, 4> parts;
+    for (int k = 0; k < static_cast<int>(state_.deliveries.size()); ++k) {
+      if (!state_.deliveries[k].empty()) parts.push_back(k);
+    }
+    if (parts.empty()) {  // a batch without frames (a hello, a dictionary)
       StartWrite(&ack_);
       return;
     }
-    pending_.store(shards);
-    for (int k = 0; k < static_cast<int>(state_.deliveries.size()); ++k) {
-      if (state_.deliveries[k].empty()) continue;
+    pending_.store(static_cast<int>(parts.size()));
+    for (int k : parts) {
       // HandleBatch checked for room; a queue filled since by other
       // streams still takes it (the bound is soft by the streams racing).
       Counter(k).fetch_add(1, std::memory_order_relaxed);
