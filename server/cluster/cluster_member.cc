@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -299,8 +300,16 @@ ClusterView ClusterMember::Round() {
   return view;
 }
 
-absl::Status ClusterMember::ShareFleetState(const std::string& name, const std::string& value) {
-  return etcd_->Put(Key(absl::StrCat("safety/fleet/", name)), value);
+absl::Status ClusterMember::ShareFleetState(const std::string& name, const std::string& value,
+                                            double keep_seconds) {
+  int64_t lease = 0;
+  if (keep_seconds > 0) {
+    const double ttl = std::min(keep_seconds, double{std::numeric_limits<int>::max()});
+    absl::StatusOr<int64_t> granted = etcd_->GrantLease(static_cast<int>(std::ceil(ttl)));
+    if (!granted.ok()) return granted.status();
+    lease = *granted;
+  }
+  return etcd_->Put(Key(absl::StrCat("safety/fleet/", name)), value, lease);
 }
 
 void ClusterMember::OnFleetState(

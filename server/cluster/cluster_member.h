@@ -124,9 +124,11 @@ class ClusterMember {
   // Fleet-wide safety state (silences, the remediation circuit breaker):
   // any member sets an entry (`name` such as "silences/sil-s0.a-000001" or
   // "breaker"); every member's round hands all entries, as (name, value),
-  // to the callback of OnFleetState whenever one changed. Entries are
-  // kept until replaced. Errors: the etcd client's.
-  absl::Status ShareFleetState(const std::string& name, const std::string& value);
+  // to the callback of OnFleetState whenever one changed. An entry is
+  // kept until replaced, or for `keep_seconds` (under a lease of its own)
+  // when that is positive. Errors: the etcd client's.
+  absl::Status ShareFleetState(const std::string& name, const std::string& value,
+                               double keep_seconds = 0);
   // Receives (name, value) pairs on the member's thread. Set before Start.
   // (A WatchPrefix of "safety/fleet/".)
   void OnFleetState(

@@ -35,8 +35,9 @@ EscalationServiceOptions::PairGate PairGateOf(cluster::ClusterMember* member) {
 
 EscalationServiceOptions::FleetSafety FleetSafetyOf(cluster::ClusterMember* member) {
   EscalationServiceOptions::FleetSafety fleet;
-  fleet.share = [member](const std::string& name, const std::string& value) {
-    return member->ShareFleetState(name, value);
+  fleet.share = [member](const std::string& name, const std::string& value,
+                         double keep_seconds) {
+    return member->ShareFleetState(name, value, keep_seconds);
   };
   fleet.take_slot = [member](const std::string& kind, int limit, double window_seconds) {
     return member->TakeRemediationSlot(kind, limit, window_seconds);

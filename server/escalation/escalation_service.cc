@@ -30,6 +30,9 @@ using escalation_internal::RenderAction;
 using escalation_internal::StringAt;
 
 constexpr char kStateKey[] = "escalation";
+// How long a silence's fleet entry outlives the silence: a server that was
+// down for less still learns it ended; then etcd drops the entry.
+constexpr double kSilenceEntryAfterEndSeconds = 24 * 3600;
 
 }  // namespace
 
@@ -529,7 +532,8 @@ absl::StatusOr<Json> EscalationService::AddSilence(const Json& body,
         Handle(*out);
         dirty_ = true;
         result = SilenceToJson(*silence);
-        QueueFleetEntry(absl::StrCat("silences/", id), {{"silence", *result}, {"ts", now}});
+        QueueFleetEntry(absl::StrCat("silences/", id), {{"silence", *result}, {"ts", now}},
+                        silence->end_ts - now + kSilenceEntryAfterEndSeconds);
       } else {
         result = out.status();
       }
@@ -558,7 +562,8 @@ absl::StatusOr<Json> EscalationService::ExpireSilence(std::string_view id,
       if (found.is_object()) {
         found["ends_at"] = now;
         QueueFleetEntry(absl::StrCat("silences/", std::string(id)),
-                        {{"silence", found}, {"by", who.name}, {"ts", now}});
+                        {{"silence", found}, {"by", who.name}, {"ts", now}},
+                        kSilenceEntryAfterEndSeconds);
       }
       result = found.is_object() ? found : Json{{"id", std::string(id)}};
     } else {

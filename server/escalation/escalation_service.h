@@ -113,10 +113,13 @@ struct EscalationServiceOptions {
   // count of cordons and pauses, and whether it is open). Unset: this
   // server's own.
   struct FleetSafety {
-    // Stores a fleet-wide entry ("breaker", "silences/<id>"); every server
-    // gets all entries back through ApplyFleetState. Entries that cannot
-    // be stored are tried again at the next tick.
-    std::function<absl::Status(const std::string& name, const std::string& value)> share;
+    // Stores a fleet-wide entry ("breaker", "silences/<id>") for
+    // `keep_seconds` (0: until replaced); every server gets all entries
+    // back through ApplyFleetState. Entries that cannot be stored are
+    // tried again at the next tick.
+    std::function<absl::Status(const std::string& name, const std::string& value,
+                               double keep_seconds)>
+        share;
     // Takes one of `limit` fleet-wide slots of "cordon" or "pause" for
     // `window_seconds`: true taken, false all held, error unknown.
     std::function<absl::StatusOr<bool>(const std::string& kind, int limit,
@@ -290,8 +293,9 @@ class EscalationService : public IncidentListener {
   void OpenHaltIncidents();
   // Stores the queued fleet entries (tick thread).
   void ShareFleetEntries();
-  // Queues a fleet entry and wakes the tick thread (no-op without fleet).
-  void QueueFleetEntry(std::string name, nlohmann::json value)
+  // Queues a fleet entry to keep `keep_seconds` (0: until replaced) and
+  // wakes the tick thread (no-op without fleet).
+  void QueueFleetEntry(std::string name, nlohmann::json value, double keep_seconds = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the breaker and returns the "remediation halted" incident to
   // resolve ("" for none).
@@ -341,7 +345,11 @@ class EscalationService : public IncidentListener {
   std::map<std::string, double> applied_operations_ ABSL_GUARDED_BY(mu_);
   // Fleet entries to store (name -> value; the latest wins), sent by the
   // tick thread outside mu_ and kept until stored.
-  std::map<std::string, std::string> fleet_outgoing_ ABSL_GUARDED_BY(mu_);
+  struct FleetEntry {
+    std::string value;
+    double keep_seconds = 0;
+  };
+  std::map<std::string, FleetEntry> fleet_outgoing_ ABSL_GUARDED_BY(mu_);
   // The time of the breaker state last made here or applied from the fleet.
   double breaker_ts_ ABSL_GUARDED_BY(mu_) = 0;
   // Whether the last OnLeadershipChange said this server leads.

@@ -18,32 +18,32 @@ constexpr char kSilencePrefix[] = "silences/";
 
 }  // namespace
 
-void EscalationService::QueueFleetEntry(std::string name, Json value) {
+void EscalationService::QueueFleetEntry(std::string name, Json value, double keep_seconds) {
   if (!options_.fleet.has_value()) return;
   value["from"] = options_.fleet->self;
-  fleet_outgoing_[std::move(name)] = value.dump();
+  fleet_outgoing_[std::move(name)] = FleetEntry{value.dump(), keep_seconds};
   tick_cv_.notify_all();
 }
 
 void EscalationService::ShareFleetEntries() {
-  std::map<std::string, std::string> outgoing;
+  std::map<std::string, FleetEntry> outgoing;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (fleet_outgoing_.empty()) return;
     outgoing.swap(fleet_outgoing_);
   }
-  std::map<std::string, std::string> failed;
-  for (auto& [name, value] : outgoing) {
-    if (absl::Status s = options_.fleet->share(name, value); !s.ok()) {
+  std::map<std::string, FleetEntry> failed;
+  for (auto& [name, entry] : outgoing) {
+    if (absl::Status s = options_.fleet->share(name, entry.value, entry.keep_seconds); !s.ok()) {
       std::fprintf(stderr, "vigil-server: cluster: cannot share %s with the fleet (will retry): %s\n",
                    name.c_str(), std::string(s.message()).c_str());
-      failed.emplace(name, std::move(value));
+      failed.emplace(name, std::move(entry));
     }
   }
   if (failed.empty()) return;
   std::lock_guard<std::mutex> l(mu_);
   // A newer value queued meanwhile wins over the one that failed.
-  for (auto& [name, value] : failed) fleet_outgoing_.try_emplace(name, std::move(value));
+  for (auto& [name, entry] : failed) fleet_outgoing_.try_emplace(name, std::move(entry));
 }
 
 void EscalationService::ApplyFleetState(

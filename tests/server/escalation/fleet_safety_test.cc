@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/cluster/cluster_member.h"
+#include "server/cluster/etcd_client.h"
 #include "server/detection/detection_service.h"
 #include "server/escalation/cluster_link.h"
 #include "server/escalation/escalation_service.h"
@@ -164,6 +165,20 @@ class FleetSafetyTest : public ::testing::Test {
     return n;
   }
 
+  // The TTL of the lease of fleet entry `name`; 0 without a lease, -1
+  // when absent or etcd cannot say.
+  int64_t EntryTtl(const std::string& name) {
+    absl::StatusOr<std::unique_ptr<cluster::EtcdClient>> etcd =
+        cluster::EtcdClient::Create({etcd_->url()});
+    if (!etcd.ok()) return -1;
+    absl::StatusOr<std::optional<cluster::KeyValue>> kv =
+        (*etcd)->Get("/fleet-test/safety/fleet/" + name);
+    if (!kv.ok() || !kv->has_value()) return -1;
+    if ((*kv)->lease == 0) return 0;
+    absl::StatusOr<int64_t> ttl = (*etcd)->KeepAlive((*kv)->lease);
+    return ttl.ok() ? *ttl : -1;
+  }
+
   std::unique_ptr<cluster::EtcdProcess> etcd_;
   std::vector<std::unique_ptr<Server>> servers_;
 };
@@ -231,6 +246,8 @@ TEST_F(FleetSafetyTest, ASilenceMadeOnOneServerHoldsOnAnother) {
   Json listed = b.escalation->ListSilences()["silences"][0];
   EXPECT_EQ(listed["author"], "alice (via s0/a)");
   EXPECT_EQ(listed["comment"], "rack 7 maintenance");
+  // etcd keeps the entry for the silence's hour and a day after it.
+  EXPECT_NEAR(EntryTtl("silences/" + id), 3600 + 86400, 10);
 
   b.Open("maint", "m1", {});
   b.Open("prod", "p1", {});
@@ -240,6 +257,8 @@ TEST_F(FleetSafetyTest, ASilenceMadeOnOneServerHoldsOnAnother) {
 
   ASSERT_TRUE(a.escalation->ExpireSilence(id, Identity{"alice", Role::kOperator}).ok());
   ASSERT_TRUE(Eventually([&] { return b.escalation->ListSilences()["silences"].empty(); }));
+  // Ended: a day more, for servers that were away to learn it, then gone.
+  EXPECT_NEAR(EntryTtl("silences/" + id), 86400, 10);
   // The silence ended: the incident it held now pages.
   ASSERT_TRUE(Eventually([&] { return b.transport.Count("slack.test", "m1") > 0; }));
 }
