@@ -69,7 +69,8 @@ std::string ShardNamedBy(std::string_view id) {
   for (char c : rest.substr(dash + 1)) {
     if (c < '0' || c > '9') return "";
   }
-  return std::string(rest.substr(0, dash));
+  // Action ids name the member after the shard ("act-s0~a-000001").
+  return std::string(rest.substr(0, std::min(dash, rest.find('~'))));
 }
 
 }  // namespace vigil::cluster

@@ -34,8 +34,8 @@ std::vector<ShardReply> FanOut(const ShardMap& map, const std::string& self_shar
                                double timeout_seconds);
 
 // The shard an id names: "inc-<shard>-<digits>" (incidents) or
-// "act-<shard>-<digits>" (actions) of cluster mode; "" for any other id
-// (a single server's "inc-000012", or none of these).
+// "act-<shard>~<replica>-<digits>" (actions) of cluster mode; "" for any
+// other id (a single server's "inc-000012", or none of these).
 std::string ShardNamedBy(std::string_view id);
 
 }  // namespace vigil::cluster

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "server/detection/detection_service.h"
 #include "server/escalation/escalation_internal.h"
 
@@ -156,7 +157,22 @@ void EscalationService::StartActions(const Incident& incident,
                                 : std::string()},
                    {"reason", incident.summary},
                    {"requested_by", "vigil"}};
-    if (options_.pair.has_value()) record["pair_key"] = pair_key;
+    bool approved = false;
+    if (options_.pair.has_value()) {
+      record["pair_key"] = pair_key;
+      // The other member asked for this action before: ask under its id,
+      // and take the approval a human gave there.
+      if (auto it = pair_approvals_.find(pair_key); it != pair_approvals_.end()) {
+        if (!actions_.contains(it->second.action_id)) {
+          record["id"] = it->second.action_id;
+          record["created_ts"] = options_.clock->Now();
+        }
+        if (!it->second.approved_by.empty()) {
+          record["approved_by"] = it->second.approved_by;
+          approved = true;
+        }
+      }
+    }
     if (IsJobAction(action)) {
       // Only what a node's agent verified with the scheduler is acted on
       // automatically (docs/SECURITY.md): the job's id, on a node that runs
@@ -171,16 +187,36 @@ void EscalationService::StartActions(const Incident& incident,
         record["unverified"] = true;
       }
     }
-    Decide(std::move(record), /*approved=*/false, options_.clock->Now());
+    const Json decided = Decide(std::move(record), approved, options_.clock->Now());
+    if (decided.value("state", "") == "pending_approval")
+      QueueApprovalOperation(decided, "pending_approval", "");
   }
+}
+
+void EscalationService::QueueApprovalOperation(const Json& action, std::string_view verb,
+                                               std::string_view who) {
+  if (!options_.pair.has_value() || options_.pair->share_operation == nullptr ||
+      !action.contains("pair_key"))
+    return;
+  approval_operations_.emplace_back(action["pair_key"].get<std::string>(),
+                                    Json{{"verb", std::string(verb)},
+                                         {"action_id", action.value("id", "")},
+                                         {"who", std::string(who)},
+                                         {"ts", options_.clock->Now()},
+                                         {"from", options_.pair->self}});
+  tick_cv_.notify_all();
 }
 
 Json EscalationService::Decide(Json action, bool approved, double now) {
   if (!action.contains("id")) {
     // In a cluster the id names the shard, so any server can send an
     // approval to the shard that holds the action.
+    // The member too ("act-s0~a-000001"): both members of a pair number
+    // their actions, and one that comes to lead must not reuse the ids of
+    // the other.
     action["id"] = options_.pair.has_value()
-                       ? absl::StrFormat("act-%s-%06d", ShardOf(options_.pair->self),
+                       ? absl::StrFormat("act-%s-%06d",
+                                         absl::StrReplaceAll(options_.pair->self, {{"/", "~"}}),
                                          next_action_++)
                        : absl::StrFormat("act-%06d", next_action_++);
     action["created_ts"] = now;
@@ -355,19 +391,45 @@ absl::StatusOr<Json> EscalationService::ApproveAction(std::string_view id,
       Json action = it->second;
       action["approved_by"] = who.name;
       result = Decide(std::move(action), /*approved=*/true, options_.clock->Now());
+      QueueApprovalOperation(*result, "approve", who.name);
     }
   }
   AddAudit(who, "approve_action", id, "", result.status());
   return result;
 }
 
+void EscalationService::NotePairApproval(const std::string& pair_key, const Json& op) {
+  const std::string from = op.value("from", "");
+  const std::string action_id = op.value("action_id", "");
+  if (from == options_.pair->self || action_id.empty()) return;
+  const double ts = op.value("ts", 0.0);
+  std::lock_guard<std::mutex> l(mu_);
+  // What the other member asked long ago is no longer taken over.
+  const double horizon = options_.clock->Now() - kTakeOverHorizonSeconds;
+  std::erase_if(pair_approvals_,
+                 [&](const auto& entry) { return entry.second.ts < horizon; });
+  PairApproval& approval = pair_approvals_[pair_key];
+  if (approval.ts >= ts) return;
+  approval.action_id = action_id;
+  approval.approved_by =
+      op.value("verb", "") == "approve"
+          ? absl::StrCat(op.value("who", "someone"), " (via ", from, ")")
+          : std::string();
+  approval.ts = ts;
+}
+
 void EscalationService::MarkStartedActions() {
   std::vector<std::string> marks;
+  std::vector<std::pair<std::string, Json>> operations;
   {
     std::lock_guard<std::mutex> l(mu_);
     marks.swap(action_marks_);
+    operations.swap(approval_operations_);
   }
-  for (const std::string& key : marks) options_.pair->action_started(key);
+  if (options_.pair->action_started) {
+    for (const std::string& key : marks) options_.pair->action_started(key);
+  }
+  for (const auto& [key, operation] : operations) options_.pair->share_operation(key, operation);
 }
 
 void EscalationService::TakeOverActions() {

@@ -469,8 +469,12 @@ void EscalationService::ApplySharedOperations(
         !op.contains("ts") || !op["ts"].is_number())
       continue;
     const std::string verb = op["verb"].get<std::string>();
-    if (verb != "acknowledge" && verb != "unacknowledge" && verb != "resolve") continue;
     const double ts = op["ts"].get<double>();
+    if (verb == "pending_approval" || verb == "approve") {
+      NotePairApproval(key, op);
+      continue;
+    }
+    if (verb != "acknowledge" && verb != "unacknowledge" && verb != "resolve") continue;
     std::string id;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -637,7 +641,7 @@ void EscalationService::TickLoop(double first_tick) {
           }
           OpenHaltIncidents();
           if (options_.fleet.has_value()) ShareFleetEntries();
-          if (options_.pair.has_value() && options_.pair->action_started) MarkStartedActions();
+          if (options_.pair.has_value()) MarkStartedActions();
         });
         !error.empty()) {
       next = now + options_.tick_seconds;

@@ -92,9 +92,11 @@ struct EscalationServiceOptions {
     // Every page key the pair's leaders marked as delivered.
     std::function<absl::StatusOr<absl::flat_hash_set<std::string>>()> delivered_keys;
     // An operator acknowledged, unacknowledged or resolved the incident of
-    // `incident_key` (PairIncidentKey) here: tell the other member
+    // `incident_key` (PairIncidentKey) here, or an automatic action (its
+    // pair key, PairIncidentKey "/" action "/" node) came to wait for an
+    // approval or was approved here: tell the other member
     // (ApplySharedOperations there). May be null.
-    std::function<void(const std::string& incident_key, const nlohmann::json& operation)>
+    std::function<void(const std::string& key, const nlohmann::json& operation)>
         share_operation;
     // The leader sent an automatic action (its pair key: PairIncidentKey
     // "/" action "/" node) to the actuator: marked for the pair. May be
@@ -276,8 +278,17 @@ class EscalationService : public IncidentListener {
   // On coming to lead: starts what the old leader did not (see
   // OnLeadershipChange).
   void TakeOverActions();
-  // Marks the queued started actions for the pair (tick thread).
+  // Marks the queued started actions for the pair and shares the queued
+  // approval operations (tick thread).
   void MarkStartedActions();
+  // Notes the other member's approval operation `op` on the action of
+  // `pair_key`.
+  void NotePairApproval(const std::string& pair_key, const nlohmann::json& op)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues an approval operation on `action` (one with a pair key) for the
+  // pair's other member: "pending_approval", or "approve" by `who`.
+  void QueueApprovalOperation(const nlohmann::json& action, std::string_view verb,
+                              std::string_view who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   nlohmann::json Decide(nlohmann::json action, bool approved, double now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveAction(const nlohmann::json& action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -356,6 +367,17 @@ class EscalationService : public IncidentListener {
   bool was_leading_ ABSL_GUARDED_BY(mu_) = false;
   // Pair keys of actions sent, to mark for the pair (tick thread).
   std::vector<std::string> action_marks_ ABSL_GUARDED_BY(mu_);
+  // Approval operations to share with the pair: (pair key, operation).
+  std::vector<std::pair<std::string, nlohmann::json>> approval_operations_ ABSL_GUARDED_BY(mu_);
+  // What the pair's other member said of its actions waiting for approval,
+  // by pair key: a member that comes to lead asks under the same id, and
+  // runs what a human approved there without asking again.
+  struct PairApproval {
+    std::string action_id;
+    std::string approved_by;  // empty: still waiting
+    double ts = 0;
+  };
+  std::map<std::string, PairApproval> pair_approvals_ ABSL_GUARDED_BY(mu_);
   // Fleet silences applied: id -> the latest entry's time.
   std::map<std::string, double> applied_silences_ ABSL_GUARDED_BY(mu_);
 

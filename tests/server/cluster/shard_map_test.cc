@@ -28,6 +28,8 @@ std::vector<std::string> Families(int n) {
 TEST(ShardNamedByTest, IdsOfClusterModeNameTheirShard) {
   EXPECT_EQ(ShardNamedBy("inc-s0-000042"), "s0");
   EXPECT_EQ(ShardNamedBy("act-rack-7.b-000001"), "rack-7.b");
+  EXPECT_EQ(ShardNamedBy("act-s1~b-000007"), "s1");
+  EXPECT_EQ(ShardNamedBy("act-rack-7.b~a-000001"), "rack-7.b");
   EXPECT_EQ(ShardNamedBy("inc-000042"), "");
   EXPECT_EQ(ShardNamedBy("inc-s0-"), "");
   EXPECT_EQ(ShardNamedBy("inc-s0-12x"), "");

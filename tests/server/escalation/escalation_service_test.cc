@@ -405,7 +405,7 @@ TEST_F(EscalationServiceTest, ANewLeaderStartsTheActionsTheOldOneDidNot) {
   EXPECT_EQ(body["action"], "pause_job");
   EXPECT_EQ(body["incident_id"], open_id);
   // In a pair, action ids name the shard (any server routes an approval).
-  EXPECT_TRUE(absl::StartsWith(body["id"].get<std::string>(), "act-s0-")) << body["id"];
+  EXPECT_TRUE(absl::StartsWith(body["id"].get<std::string>(), "act-s0~a-")) << body["id"];
   ASSERT_TRUE(Eventually([&] {
     std::lock_guard<std::mutex> lock(marks_mu_);
     return action_marks_.contains(absl::StrCat(
@@ -702,14 +702,101 @@ TEST_F(EscalationServiceTest, ActionIdsAreNotReusedAfterACrash) {
   EXPECT_EQ(after, "act-000002");
 }
 
-// The same with the shard in the ids (cluster mode).
+// The same with the shard and the member in the ids (cluster mode).
 TEST_F(EscalationServiceTest, ActionIdsNamingTheShardAreNotReusedAfterACrash) {
   service_->Stop();
   pair_ = true;
   StartService();
   const auto [before, after] = ActionIdsAcrossACrash();
-  EXPECT_EQ(before, "act-s0-000001");
-  EXPECT_EQ(after, "act-s0-000002");
+  EXPECT_EQ(before, "act-s0~a-000001");
+  EXPECT_EQ(after, "act-s0~a-000002");
+}
+
+// The leader of a pair tells the other member which automatic actions
+// wait for an approval, under which id, and who approved them.
+TEST_F(EscalationServiceTest, TheLeaderSharesWhatWaitsForApprovalAndWhoApproved) {
+  service_->Stop();
+  pair_ = true;
+  leading_ = true;
+  StartService();
+  AddJobNodes("llm", 8);
+  const std::string key =
+      absl::StrCat("llm:n2:-:", static_cast<int64_t>(clock_.Now() * 1000), "/cordon_node/n2");
+  const std::string id =
+      Open(Severity::kP1, "nic_link_flap", "llm", "n2", {Response::kCordonNode});
+  const std::string action_id = service_->ListActions(id)["actions"][0]["id"];
+  EXPECT_EQ(action_id, "act-s0~a-000001");
+  auto shared = [&] {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    return shared_;
+  };
+  ASSERT_TRUE(Eventually([&] { return shared().size() == 1; }));
+  EXPECT_EQ(shared()[0].first, key);
+  Json op = Json::parse(shared()[0].second);
+  EXPECT_EQ(op["verb"], "pending_approval");
+  EXPECT_EQ(op["action_id"], action_id);
+  EXPECT_EQ(op["from"], "s0/a");
+  ASSERT_TRUE(service_->ApproveAction(action_id, Identity{"carol", Role::kOperator}).ok());
+  ASSERT_TRUE(Eventually([&] { return shared().size() == 2; }));
+  op = Json::parse(shared()[1].second);
+  EXPECT_EQ(op["verb"], "approve");
+  EXPECT_EQ(op["who"], "carol");
+  // Its own operations read back from etcd change nothing.
+  const size_t audits = service_->Audit(100)["entries"].size();
+  service_->ApplySharedOperations(shared());
+  EXPECT_EQ(service_->Audit(100)["entries"].size(), audits);
+}
+
+// A member that comes to lead asks for the approval the old leader was
+// waiting for under the same id (an operator's link still works), and runs
+// what a human approved there, before the old leader could send it,
+// without asking again.
+TEST_F(EscalationServiceTest, ApprovalsGivenOnTheOldLeaderHoldOnTheNewOne) {
+  service_->Stop();
+  pair_ = true;
+  leading_ = false;
+  StartService();
+  AddJobNodes("llm", 20);  // two cordons stay under max_job_node_percent
+  const int64_t opened_ms = static_cast<int64_t>(clock_.Now() * 1000);
+  const std::string approved_incident =
+      Open(Severity::kP1, "nic_link_flap", "llm", "n2", {Response::kCordonNode});
+  const std::string waiting_incident =
+      Open(Severity::kP1, "nic_link_flap", "llm", "n3", {Response::kCordonNode});
+  const double ts = clock_.Now();
+  auto op = [&](const char* verb, const char* action_id, const char* who, double at) {
+    return Json{{"verb", verb}, {"action_id", action_id}, {"who", who},
+                {"ts", at}, {"from", "s0/b"}}.dump();
+  };
+  const std::string n2 = absl::StrCat("llm:n2:-:", opened_ms, "/cordon_node/n2");
+  const std::string n3 = absl::StrCat("llm:n3:-:", opened_ms, "/cordon_node/n3");
+  service_->ApplySharedOperations({{n2, op("pending_approval", "act-s0~b-000004", "", ts)},
+                                   {n3, op("pending_approval", "act-s0~b-000005", "", ts)}});
+  service_->ApplySharedOperations({{n2, op("approve", "act-s0~b-000004", "bob", ts + 1)},
+                                   // An older operation does not undo a newer one.
+                                   {n2, op("pending_approval", "act-s0~b-000004", "", ts)}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(transport_.Matching("/actuator").empty()) << "a standby starts no action";
+
+  leading_ = true;
+  service_->OnLeadershipChange(true);
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("/actuator").size() == 1; }));
+  const Json body = Json::parse(transport_.Matching("/actuator")[0].body);
+  EXPECT_EQ(body["id"], "act-s0~b-000004");
+  EXPECT_EQ(body["incident_id"], approved_incident);
+  EXPECT_EQ(body["requested_by"], "bob (via s0/b)");
+  const Json waiting = service_->ListActions(waiting_incident)["actions"][0];
+  EXPECT_EQ(waiting["id"], "act-s0~b-000005");
+  EXPECT_EQ(waiting["state"], "pending_approval");
+  absl::StatusOr<Json> approved =
+      service_->ApproveAction("act-s0~b-000005", Identity{"carol", Role::kOperator});
+  ASSERT_TRUE(approved.ok()) << approved.status();
+  EXPECT_EQ((*approved)["state"], "sent");
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("/actuator").size() == 2; }));
+  // New actions of this member carry its own name: no id of the other's.
+  const std::string later = Open(Severity::kP1, "nic_link_flap", "llm", "n4",
+                                 {Response::kCordonNode});
+  EXPECT_TRUE(absl::StartsWith(
+      service_->ListActions(later)["actions"][0]["id"].get<std::string>(), "act-s0~a-"));
 }
 
 TEST_F(EscalationServiceTest, SilencedIncidentsAreNotPaged) {
