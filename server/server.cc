@@ -199,6 +199,7 @@ absl::Status VigilServer::Start() {
     rocks.data_dir = options_.data_dir;
     rocks.sync_frame_log = options_.sync_frame_log;
     rocks.frame_log_checkpoint_bytes = options_.frame_log_checkpoint_bytes;
+    rocks.memtable_budget_bytes = options_.memtable_budget_bytes;
     VIGIL_ASSIGN_OR_RETURN(store, OpenRocksDbStore(rocks));
   }
   // Rollups to a remote-write endpoint: credential files are read here; the

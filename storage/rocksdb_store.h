@@ -25,6 +25,9 @@ struct RocksDbStoreOptions {
   bool sync_frame_log = false;
   // Frame log size that triggers a checkpoint (open blocks written out).
   uint64_t frame_log_checkpoint_bytes = 64 << 20;
+  // Memory all RocksDB memtables together may hold before the largest is
+  // flushed to disk.
+  uint64_t memtable_budget_bytes = 32 << 20;
   // Checkpoints, retention and recovery from write errors run on the
   // store's own maintenance thread, never in Append(). It wakes when the
   // frame log passes frame_log_checkpoint_bytes or retention falls due,

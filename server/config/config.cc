@@ -257,7 +257,7 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                       {"raw_retention_days", "rollup_retention_days",
                        "sync_frame_log", "block_samples", "block_seconds",
                        "max_series", "frame_log_checkpoint_mb",
-                       "incident_after_seconds"})) {
+                       "memtable_mb", "incident_after_seconds"})) {
       r.Positive(*it, "storage", "raw_retention_days", kDay, kTenYears,
                  &o.raw_retention_seconds);
       r.Positive(*it, "storage", "rollup_retention_days", kDay, kTenYears,
@@ -270,6 +270,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                 std::numeric_limits<uint32_t>::max() - 1, 1, &o.max_series);
       r.Integer(*it, "storage", "frame_log_checkpoint_mb", 1, 1 << 20,
                 1 << 20, &o.frame_log_checkpoint_bytes);
+      r.Integer(*it, "storage", "memtable_mb", 1, 1 << 20, 1 << 20,
+                &o.memtable_budget_bytes);
       r.Positive(*it, "storage", "incident_after_seconds", 1, kDay,
                  &o.storage_incident_after_seconds);
     }

@@ -27,7 +27,7 @@ TEST(ConfigTest, AppliesEveryKey) {
     "storage": {"raw_retention_days": 2, "rollup_retention_days": 30,
                 "sync_frame_log": true, "block_samples": 100,
                 "block_seconds": 600, "max_series": 5000,
-                "frame_log_checkpoint_mb": 8},
+                "frame_log_checkpoint_mb": 8, "memtable_mb": 16},
     "ingest": {"max_future_skew_seconds": 60, "max_message_mb": 2},
     "http": {"max_points": 1000, "threads": 3}})",
                                      &options);
@@ -44,6 +44,7 @@ TEST(ConfigTest, AppliesEveryKey) {
   EXPECT_EQ(options.block_seconds, 600);
   EXPECT_EQ(options.max_series, 5000u);
   EXPECT_EQ(options.frame_log_checkpoint_bytes, 8u << 20);
+  EXPECT_EQ(options.memtable_budget_bytes, 16u << 20);
   EXPECT_EQ(options.max_future_skew_seconds, 60);
   EXPECT_EQ(options.max_message_bytes, 2 << 20);
   EXPECT_EQ(options.max_query_points, 1000u);
