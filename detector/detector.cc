@@ -137,7 +137,7 @@ void Detector::PrimeCounter(uint32_t id, double ts, double value) {
   if (!HasSeries(id) || !std::isfinite(ts) || !std::isfinite(value)) return;
   Impl& m = *impl_;
   const uint32_t dense = m.dense_of_id[id];
-  if (!m.series[dense].traits.counter) return;
+  if (!m.series[dense].traits->counter) return;
   m.primed_counters[dense] = {ts, value};
 }
 
@@ -151,14 +151,14 @@ std::optional<SeriesBaseline> Detector::Baseline(uint32_t id) const {
   const Impl& m = *impl_;
   const SeriesState& s = m.series[m.dense_of_id[id]];
   SeriesBaseline b;
-  const Metric metric = s.traits.metric;
-  b.learns = s.traits.mode != BaselineMode::kNone ||
+  const Metric metric = s.traits->metric;
+  b.learns = s.traits->mode != BaselineMode::kNone ||
              metric == Metric::kTrainTokensPerSecond ||
              metric == Metric::kTrainGradNorm;
   b.learned = s.learned() && std::isfinite(s.level);
   b.usable = s.usable() && std::isfinite(s.level);
   b.k_sigma = m.opt.baseline.k_sigma * s.widen;
-  b.rate = s.traits.counter;
+  b.rate = s.traits->counter;
   b.evaluated = s.evaluated;
   b.learn_target_steps = m.opt.baseline.learn_steps;
   b.learn_max_seconds = m.opt.baseline.learn_max_s;
@@ -201,16 +201,18 @@ absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
   }
   SeriesState s;
   s.id = id;
-  s.traits = LookupMetric(key.metric);
+  auto [traits, added] = m.traits_by_metric.try_emplace(key.metric);
+  if (added) traits->second = LookupMetric(key.metric);
+  s.traits = &traits->second;
   int gpu = -1;
   if (std::string_view g = key.LabelValue("gpu");
       !g.empty() && absl::SimpleAtoi(detector_internal::AbslView(g), &gpu) &&
       gpu >= 0) {
     s.gpu_label = gpu;
   }
-  const Metric metric = s.traits.metric;
+  const Metric metric = s.traits->metric;
   if (metric == Metric::kTrainLoss || metric == Metric::kTrainLossScale ||
-      metric == Metric::kGpuEccSbe) {
+      metric == Metric::kGpuEccSbe || metric == Metric::kTrainStepTime) {
     if (!m.free_aux.empty()) {
       s.aux = m.free_aux.back();
       m.free_aux.pop_back();
@@ -396,7 +398,7 @@ void Detector::Impl::BeginRewarm(NodeState& n, double at, int64_t at_step) {
   // through them (a run that ended had them reset by EndPair).
   for (uint32_t d : n.series) {
     SeriesState& s = series[d];
-    if (!s.traits.trending) continue;
+    if (!s.traits->trending) continue;
     s.level = kNaN;
     if (s.aux != kNone) {
       aux[s.aux].prev = kNaN;
@@ -410,8 +412,8 @@ void Detector::Impl::Bind(SeriesState& s, uint32_t node) {
   NodeState& n = nodes[node];
   n.series.push_back(
       static_cast<uint32_t>(&s - series.data()));
-  if (s.traits.metric == Metric::kTrainLossScale) n.fp16 = true;
-  if (s.traits.metric == Metric::kTrainTokensPerSecond) n.has_tokens = true;
+  if (s.traits->metric == Metric::kTrainLossScale) n.fp16 = true;
+  if (s.traits->metric == Metric::kTrainTokensPerSecond) n.has_tokens = true;
   if (s.gpu_label < 0) return;
   for (uint32_t g : n.gpus) {
     if (gpus[g].index == s.gpu_label) {
@@ -434,14 +436,14 @@ void Detector::Impl::Bind(SeriesState& s, uint32_t node) {
     n.gpus.push_back(s.gpu);
     jobs[n.job].gpus.push_back(s.gpu);
   }
-  if (s.traits.metric == Metric::kGpuMemoryUsed) {
+  if (s.traits->metric == Metric::kGpuMemoryUsed) {
     gpus[s.gpu].has_used_series = true;
   }
 }
 
 void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
   NodeState& n = nodes[node];
-  if (s.traits.counter) {
+  if (s.traits->counter) {
     s.inc = 0;
     s.cur = kNaN;
     if (std::isfinite(x)) {
@@ -471,9 +473,9 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
   } else {
     s.cur = x;
   }
-  if (s.traits.metric == Metric::kTrainPhase && std::isfinite(x)) {
+  if (s.traits->metric == Metric::kTrainPhase && std::isfinite(x)) {
     n.phase = ClampTo<int>(x);
-  } else if (s.traits.metric == Metric::kTrainDataloaderWait &&
+  } else if (s.traits->metric == Metric::kTrainDataloaderWait &&
              std::isfinite(x)) {
     // Weighted by the time it covers: a frame's value is the wait of the
     // last step, held until the next one.
@@ -490,7 +492,7 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
   n.any_gpu = true;
   g.seen_frame = n.frames;
   g.last_ts = ts;
-  switch (s.traits.metric) {
+  switch (s.traits->metric) {
     case Metric::kGpuPower:
       g.power = x;
       n.core_gpu = true;
@@ -757,21 +759,21 @@ Anomaly& Detector::Impl::Emit(AnomalyKind kind, bool cleared, uint32_t node,
 void Detector::Impl::Evaluate(SeriesState& s, uint32_t dense) {
   const NodeState& n = nodes[s.node];
   const double x = s.cur;
-  if (s.traits.metric == Metric::kGpuXidErrors) {
+  if (s.traits->metric == Metric::kGpuXidErrors) {
     Xid(s, dense);
     return;
   }
   RedLines(s, dense, x);
-  if (s.traits.metric == Metric::kGpuEccSbe) EccSbe(s, dense);
+  if (s.traits->metric == Metric::kGpuEccSbe) EccSbe(s, dense);
   // Per-step metrics repeat between steps: only a new step is a sample.
-  if (s.traits.per_step && step && !n.step_moved) return;
+  if (s.traits->per_step && step && !n.step_moved) return;
   if (!std::isfinite(x)) return;
-  if (s.traits.metric == Metric::kTrainLossScale) {
+  if (s.traits->metric == Metric::kTrainLossScale) {
     if (!n.warmup && !n.rewarm) LossScale(s, dense, x);
     return;
   }
   if (n.benign) return;
-  switch (s.traits.metric) {
+  switch (s.traits->metric) {
     case Metric::kTrainTokensPerSecond:
       Throughput(s, dense, x);
       return;
@@ -790,17 +792,17 @@ void Detector::Impl::Evaluate(SeriesState& s, uint32_t dense) {
       Baseline(s, dense, x);
       return;
     default:
-      if (s.traits.mode != BaselineMode::kNone) Baseline(s, dense, x);
+      if (s.traits->mode != BaselineMode::kNone) Baseline(s, dense, x);
   }
 }
 
 void Detector::Impl::RedLines(SeriesState& s, uint32_t dense, double x) {
   const RedLineOptions& ro = opt.red_line;
-  const Metric metric = s.traits.metric;
+  const Metric metric = s.traits->metric;
   std::optional<AnomalyKind> kind;
   bool hit = false;
-  if (s.traits.red_line) {
-    kind = s.traits.red_line;
+  if (s.traits->red_line) {
+    kind = s.traits->red_line;
     hit = s.inc > 0;
   } else if (metric == Metric::kTrainLoss) {
     kind = AnomalyKind::kLossNan;
@@ -825,7 +827,7 @@ void Detector::Impl::RedLines(SeriesState& s, uint32_t dense, double x) {
   } else {
     return;
   }
-  const double value = s.traits.counter ? s.inc : x;
+  const double value = s.traits->counter ? s.inc : x;
   if (hit) {
     s.red_calm = 0;
     if (s.red_raised) return;

@@ -40,11 +40,11 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
   if (step && s.first_step == kNoStep) s.first_step = *step;
   if (std::isnan(s.learn_start_ts)) s.learn_start_ts = ts;
   if (s.learn_seen == 0 && s.stage == Stage::kLearning &&
-      !s.traits.trending) {
+      !s.traits->trending) {
     Inherit(s);
   }
   double keep = x;
-  if (s.traits.trending) {
+  if (s.traits->trending) {
     if (std::isnan(s.level)) {
       s.level = x;
       return false;
@@ -70,7 +70,7 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
     scratch.assign(s.learn.begin(), s.learn.end());
     double median, sigma;
     detector_internal::RobustStats(scratch, &median, &sigma);
-    if (!s.traits.trending) s.level = median;
+    if (!s.traits->trending) s.level = median;
     s.spread = sigma;
     s.stage = Stage::kLearned;
     s.widen = 1;
@@ -83,10 +83,10 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
         std::vector<float>().swap(ax.learn_diffs);
       }
     }
-    if (!s.traits.trending) Contribute(s);
+    if (!s.traits->trending) Contribute(s);
     return false;
   }
-  if (s.traits.trending) return false;
+  if (s.traits->trending) return false;
   if (s.stage == Stage::kInherited) {
     if (s.learn_seen == kInheritCheckSamples) {
       scratch.assign(s.learn.begin(), s.learn.end());
@@ -205,7 +205,7 @@ void Detector::Impl::Adapt(SeriesState& s, double x, bool bad) {
   const double r = x - s.level;
   const double clip = bo.k_sigma * sigma;
   const double alpha =
-      s.traits.trending ? bo.trend_level_alpha : bo.level_alpha;
+      s.traits->trending ? bo.trend_level_alpha : bo.level_alpha;
   s.level += alpha * std::clamp(r, -clip, clip);
   s.spread +=
       bo.sigma_alpha * (1.2533 * std::min(std::fabs(r), clip) - s.spread);
@@ -222,13 +222,13 @@ void Detector::Impl::Baseline(SeriesState& s, uint32_t dense, double x) {
   const double sigma = Sigma(s);
   const double k = bo.k_sigma * s.widen, k_clear = bo.k_clear * s.widen;
   const double z = (x - s.level) / sigma;
-  const BaselineMode mode = s.traits.mode;
+  const BaselineMode mode = s.traits->mode;
   const double bad = mode == BaselineMode::kHigh  ? z
                      : mode == BaselineMode::kLow ? -z
                                                   : std::fabs(z);
   const Sustain::Edge e = s.sustain.Observe(
       bad > k, bad < k_clear,
-      s.traits.metric == Metric::kTrainDataloaderWait ? bo.dataloader_sustain
+      s.traits->metric == Metric::kTrainDataloaderWait ? bo.dataloader_sustain
                                                       : bo.sustain);
   if (e == Sustain::Edge::kRaised) {
     s.raised_dir =
@@ -246,8 +246,8 @@ void Detector::Impl::Baseline(SeriesState& s, uint32_t dense, double x) {
     a.score = z;
   };
   if (e != Sustain::Edge::kNone) emit(e == Sustain::Edge::kCleared);
-  if (s.traits.metric == Metric::kTrainStepTime) StepSlowdown(s, dense, x);
-  if (s.traits.relearn && s.sustain.raised() &&
+  if (s.traits->metric == Metric::kTrainStepTime) StepSlowdown(s, dense, x);
+  if (s.traits->relearn && s.sustain.raised() &&
       ts - s.raised_ts >= bo.relearn_after_s) {
     // A level shift confirmed for this long is the new normal: one
     // incident, then a new baseline - not a report every few minutes.
@@ -297,37 +297,38 @@ void Detector::Impl::StepSlowdown(SeriesState& s, uint32_t dense, double x) {
   // Jobs that report tokens/s are graded by it (Throughput); a job that
   // only reports its step time is graded by how much longer steps take.
   const NodeState& n = nodes[s.node];
-  if (n.has_tokens || !(s.level > 0)) return;
+  if (n.has_tokens || !(s.level > 0) || s.aux == kNone) return;
+  SeriesAux& ax = aux[s.aux];
   const TrendOptions& to = opt.trend;
   const double sigma = Sigma(s);
   const double z = (x - s.level) / sigma;
   const double slower = x / s.level - 1;
   const bool high = z > to.throughput_min_z * s.widen;
   const Sustain::Edge e2 =
-      s.slow2.Observe(high && slower > to.throughput_severe,
+      ax.slow2.Observe(high && slower > to.throughput_severe,
                       slower < to.throughput_warn, to.throughput_sustain);
   const Sustain::Edge e1 =
-      s.slow1.Observe(high && slower > to.throughput_warn,
+      ax.slow1.Observe(high && slower > to.throughput_warn,
                       slower < to.throughput_clear, to.throughput_sustain);
   int tier = 0;
   if (e1 == Sustain::Edge::kRaised) {
-    tier = s.slow2.raised() ? 2 : 1;
-  } else if (e2 == Sustain::Edge::kRaised && s.slow1.raised() &&
-             s.slow_tier < 2) {
+    tier = ax.slow2.raised() ? 2 : 1;
+  } else if (e2 == Sustain::Edge::kRaised && ax.slow1.raised() &&
+             ax.slow_tier < 2) {
     tier = 2;
   }
   if (tier == 0 && e1 != Sustain::Edge::kCleared) return;
   const bool cleared = e1 == Sustain::Edge::kCleared;
   Anomaly& a =
       Emit(AnomalyKind::kThroughputDrop, cleared, s.node, kNone, dense, x);
-  a.tier = cleared ? s.slow_tier : tier;
+  a.tier = cleared ? ax.slow_tier : tier;
   a.baseline_mean = s.level;
   a.baseline_sigma = sigma;
   a.score = slower;
   a.detail = absl::StrFormat("step time %.3g s, up %.0f %% from %.3g s", x,
                              100 * slower, s.level);
-  s.slow_tier = static_cast<int8_t>(cleared ? 0 : tier);
-  if (cleared) s.slow2 = Sustain();
+  ax.slow_tier = static_cast<int8_t>(cleared ? 0 : tier);
+  if (cleared) ax.slow2 = Sustain();
 }
 
 void Detector::Impl::GradNorm(SeriesState& s, uint32_t dense, double x) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "detector/detector.h"
 #include "detector/ew_line_fit.h"
 #include "detector/metric_catalog.h"
@@ -46,7 +47,7 @@ inline constexpr int kHistory = 8;
 inline constexpr size_t kProfileSamples = 64;
 
 // Extra state of the few series with pattern detectors (loss, loss scale,
-// ECC SBE); indexed by SeriesState::aux.
+// ECC SBE, step time); indexed by SeriesState::aux.
 struct SeriesAux {
   // Loss oscillation: ring of the last step-to-step changes.
   double prev = kNaN;
@@ -64,7 +65,13 @@ struct SeriesAux {
   double sbe_first_ts = kNaN;
   double sbe_last_ts = kNaN;
   bool sbe_raised = false;
+  // Step time graded as a slowdown (jobs' speed): its own debouncers.
+  Sustain slow1, slow2;
+  int8_t slow_tier = 0;
 };
+
+// The traits of a series not registered (a free slot).
+inline const MetricTraits kNoTraits{};
 
 // Where a series' baseline comes from.
 enum class Stage : uint8_t {
@@ -76,14 +83,16 @@ enum class Stage : uint8_t {
   kLearned,    // learned: the requirement's band
 };
 
-// One series: its traits, its input state and its detector state.
+// One series: its traits, its input state and its detector state. Held
+// for every series a server watches (286 K at 1,250 nodes): fields are
+// ordered by size, and what few series need lives in SeriesAux.
 struct SeriesState {
-  MetricTraits traits;
+  // Shared by the series of one metric name (Detector::Impl::TraitsOf).
+  const MetricTraits* traits = &kNoTraits;
   uint32_t id = 0;
   uint32_t node = kNone;  // bound on first frame
   uint32_t gpu = kNone;   // GpuState slot, when labelled with a gpu
   uint32_t aux = kNone;
-  int gpu_label = -1;  // parsed "gpu" label, -1 when none
   // Input: counters keep the previous raw value.
   double prev_raw = kNaN;
   double prev_ts = kNaN;
@@ -96,24 +105,22 @@ struct SeriesState {
   int64_t learn_seen = 0;
   // learn_seen when the early statistics were last computed.
   int64_t early_at = 0;
-  int32_t stride = 1;
-  Stage stage = Stage::kLearning;
-  // The band's widening over k_sigma (1 once learned).
-  float widen = 1;
-  int8_t raised_dir = 0;  // +1 high / -1 low; throughput: the tier
   double raised_ts = kNaN;  // when the baseline condition was raised
   double level = kNaN;
   double spread = 0;
   Sustain sustain;   // baseline, throughput tier 1, grad explosion, MFU
   Sustain sustain2;  // throughput tier 2, grad vanishing
-  // Step time graded as a slowdown (jobs' speed): its own debouncers.
-  Sustain slow1, slow2;
-  int8_t slow_tier = 0;
+  std::vector<float> learn;
+  int32_t gpu_label = -1;  // parsed "gpu" label, -1 when none
+  int32_t stride = 1;
+  // The band's widening over k_sigma (1 once learned).
+  float widen = 1;
   // Red lines (error counters, NaN, row remap).
-  bool red_raised = false;
   int32_t red_calm = 0;
   int32_t nonfinite_run = 0;
-  std::vector<float> learn;
+  Stage stage = Stage::kLearning;
+  int8_t raised_dir = 0;  // +1 high / -1 low; throughput: the tier
+  bool red_raised = false;
 
   bool usable() const { return stage != Stage::kLearning; }
   bool learned() const { return stage == Stage::kLearned; }
@@ -330,11 +337,11 @@ struct Detector::Impl {
   void Adapt(detector_internal::SeriesState& s, double x, bool bad);
   // The series' sigma with its floors.
   double Sigma(const detector_internal::SeriesState& s) const {
-    const double rel = s.traits.sigma_floor_rel >= 0
-                           ? s.traits.sigma_floor_rel
+    const double rel = s.traits->sigma_floor_rel >= 0
+                           ? s.traits->sigma_floor_rel
                            : opt.baseline.sigma_floor_rel;
-    const double a = s.spread > s.traits.sigma_floor ? s.spread
-                                                     : s.traits.sigma_floor;
+    const double a = s.spread > s.traits->sigma_floor ? s.spread
+                                                     : s.traits->sigma_floor;
     const double b = rel * (s.level < 0 ? -s.level : s.level);
     const double m = a > b ? a : b;
     return m > 1e-12 ? m : 1e-12;
@@ -428,6 +435,9 @@ struct Detector::Impl {
   std::vector<uint32_t> forgotten;  // ids freed since TakeForgotten
   std::vector<detector_internal::SeriesAux> aux;
   std::vector<uint32_t> free_aux;
+  // The traits of each metric name seen, one copy for all its series
+  // (stable addresses: SeriesState::traits points here).
+  absl::node_hash_map<std::string, MetricTraits> traits_by_metric;
   std::vector<detector_internal::NodeState> nodes;
   std::vector<uint32_t> free_nodes;
   std::vector<detector_internal::GpuState> gpus;

@@ -340,10 +340,7 @@ void Detector::Impl::EndPair(uint32_t idx, double at, int64_t end_step) {
     SeriesState& s = series[dense];
     s.sustain = Sustain();
     s.sustain2 = Sustain();
-    s.slow1 = Sustain();
-    s.slow2 = Sustain();
     s.raised_dir = 0;
-    s.slow_tier = 0;
     s.raised_ts = kNaN;
     s.red_raised = false;
     s.red_calm = 0;
@@ -359,6 +356,9 @@ void Detector::Impl::EndPair(uint32_t idx, double at, int64_t end_step) {
       ax.thrash_raised = false;
       ax.halving_count = 0;
       ax.sbe_raised = false;
+      ax.slow1 = Sustain();
+      ax.slow2 = Sustain();
+      ax.slow_tier = 0;
     }
   }
   for (uint32_t gi : n.gpus) {
