@@ -11,6 +11,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -53,6 +54,7 @@ namespace {
 using Json = nlohmann::json;
 using escalation_internal::kActuatorReceiver;
 using escalation_internal::kInf;
+using escalation_internal::StringAt;
 
 constexpr char kActionsStream[] = "actions";
 // Action records older than this are not reloaded at start (they stay in
@@ -75,8 +77,17 @@ std::string ActionOf(Response response) {
   return "";
 }
 
-// The shard of a member's name "shard/replica".
-std::string ShardOf(const std::string& member) { return member.substr(0, member.find('/')); }
+// Whether `id` can name an action another member made: "act-" and then
+// only characters of its own ids (it goes into URLs and outbox keys).
+bool IsActionId(std::string_view id) {
+  if (!id.starts_with("act-") || id.size() > 128) return false;
+  for (char c : id) {
+    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+          c == '.' || c == '~'))
+      return false;
+  }
+  return true;
+}
 
 // The fleet-wide breaker count of cluster mode, for ActionGate.
 class FleetSlots : public SharedBreaker {
@@ -210,10 +221,9 @@ void EscalationService::QueueApprovalOperation(const Json& action, std::string_v
 Json EscalationService::Decide(Json action, bool approved, double now) {
   if (!action.contains("id")) {
     // In a cluster the id names the shard, so any server can send an
-    // approval to the shard that holds the action.
-    // The member too ("act-s0~a-000001"): both members of a pair number
-    // their actions, and one that comes to lead must not reuse the ids of
-    // the other.
+    // approval to the shard that holds the action, and the member
+    // ("act-s0~a-000001"): both members of a pair number their actions,
+    // and one that comes to lead must not reuse the other's ids.
     action["id"] = options_.pair.has_value()
                        ? absl::StrFormat("act-%s-%06d",
                                          absl::StrReplaceAll(options_.pair->self, {{"/", "~"}}),
@@ -399,10 +409,12 @@ absl::StatusOr<Json> EscalationService::ApproveAction(std::string_view id,
 }
 
 void EscalationService::NotePairApproval(const std::string& pair_key, const Json& op) {
-  const std::string from = op.value("from", "");
-  const std::string action_id = op.value("action_id", "");
-  if (from == options_.pair->self || action_id.empty()) return;
-  const double ts = op.value("ts", 0.0);
+  const std::string from = StringAt(op, "from", "");
+  const std::string action_id = StringAt(op, "action_id", "");
+  if (from == options_.pair->self || !IsActionId(action_id)) return;
+  const auto ts_at = op.find("ts");
+  if (ts_at == op.end() || !ts_at->is_number()) return;
+  const double ts = ts_at->get<double>();
   std::lock_guard<std::mutex> l(mu_);
   // What the other member asked long ago is no longer taken over.
   const double horizon = options_.clock->Now() - kTakeOverHorizonSeconds;
@@ -412,8 +424,8 @@ void EscalationService::NotePairApproval(const std::string& pair_key, const Json
   if (approval.ts >= ts) return;
   approval.action_id = action_id;
   approval.approved_by =
-      op.value("verb", "") == "approve"
-          ? absl::StrCat(op.value("who", "someone"), " (via ", from, ")")
+      StringAt(op, "verb", "") == "approve"
+          ? absl::StrCat(StringAt(op, "who", "someone"), " (via ", from, ")")
           : std::string();
   approval.ts = ts;
 }

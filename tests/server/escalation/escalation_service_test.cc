@@ -774,6 +774,12 @@ TEST_F(EscalationServiceTest, ApprovalsGivenOnTheOldLeaderHoldOnTheNewOne) {
   service_->ApplySharedOperations({{n2, op("approve", "act-s0~b-000004", "bob", ts + 1)},
                                    // An older operation does not undo a newer one.
                                    {n2, op("pending_approval", "act-s0~b-000004", "", ts)}});
+  // What is not an action id of ours, or not an operation, changes nothing.
+  service_->ApplySharedOperations(
+      {{n3, op("approve", "../../actions/x", "mallory", ts + 2)},
+       {n3, op("approve", "act-s0~b-000005", "mallory", ts + 3).replace(0, 1, "[")},
+       {n3, Json{{"verb", "approve"}, {"action_id", "act-s0~b-000005"}, {"who", 7},
+                 {"ts", "soon"}, {"from", "s0/b"}}.dump()}});
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_TRUE(transport_.Matching("/actuator").empty()) << "a standby starts no action";
 
