@@ -328,13 +328,13 @@ absl::Status Detector::RestoreState(std::string_view data) {
 bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
   Reader r(blob);
   SeriesState& s = series[dense];
-  uint32_t id, samples;
-  uint64_t hash;
-  uint8_t stage;
-  float widen;
-  double level, spread, start, diff;
-  int64_t first, evaluated, seen, early;
-  int32_t stride;
+  uint32_t id = 0, samples = 0;
+  uint64_t hash = 0;
+  uint8_t stage = 0;
+  float widen = 1;
+  double level = 0, spread = 0, start = 0, diff = 0;
+  int64_t first = 0, evaluated = 0, seen = 0, early = 0;
+  int32_t stride = 1;
   r.Get(&id), r.Get(&hash), r.Get(&stage), r.Get(&widen), r.Get(&level);
   r.Get(&spread), r.Get(&start), r.Get(&first), r.Get(&evaluated);
   r.Get(&seen), r.Get(&early), r.Get(&stride), r.Get(&diff), r.Get(&samples);
