@@ -26,7 +26,8 @@ struct RocksDbStoreOptions {
   // Frame log size that triggers a checkpoint (open blocks written out).
   uint64_t frame_log_checkpoint_bytes = 64 << 20;
   // Memory all RocksDB memtables together may hold before the largest is
-  // flushed to disk.
+  // flushed to disk; 0: no such budget (RocksDB's 64 MiB a column family,
+  // two each).
   uint64_t memtable_budget_bytes = 32 << 20;
   // Checkpoints, retention and recovery from write errors run on the
   // store's own maintenance thread, never in Append(). It wakes when the

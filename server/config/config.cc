@@ -270,7 +270,7 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                 std::numeric_limits<uint32_t>::max() - 1, 1, &o.max_series);
       r.Integer(*it, "storage", "frame_log_checkpoint_mb", 1, 1 << 20,
                 1 << 20, &o.frame_log_checkpoint_bytes);
-      r.Integer(*it, "storage", "memtable_mb", 1, 1 << 20, 1 << 20,
+      r.Integer(*it, "storage", "memtable_mb", 0, 1 << 20, 1 << 20,
                 &o.memtable_budget_bytes);
       r.Positive(*it, "storage", "incident_after_seconds", 1, kDay,
                  &o.storage_incident_after_seconds);

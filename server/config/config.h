@@ -195,7 +195,8 @@ struct ServerOptions {
   uint32_t max_series = 10'000'000;
   // Frame log size that triggers a checkpoint of the open blocks.
   uint64_t frame_log_checkpoint_bytes = 64ull << 20;
-  // Memory all RocksDB memtables together may hold ("storage.memtable_mb").
+  // Memory all RocksDB memtables together may hold ("storage.memtable_mb";
+  // 0: RocksDB's limits per column family).
   uint64_t memtable_budget_bytes = 32ull << 20;
   // How long the store must refuse writes (a full disk, a read-only data
   // dir) before the P1 self-incident "storage_degraded" opens.
