@@ -385,6 +385,13 @@ absl::Status VigilServer::Start() {
   http_options.threads = options_.http_threads;
   http_options.max_requests_per_client = options_.http_max_requests_per_client;
   http_options.secure_cookies = options_.http_secure_cookies;
+  if (options_.cluster.has_value() && !options_.cluster->peer_secret_file.empty()) {
+    absl::StatusOr<std::string> secret = ReadSecretFile(options_.cluster->peer_secret_file);
+    if (!secret.ok())
+      return absl::Status(secret.status().code(),
+                          absl::StrCat("cluster.peer_secret_file: ", secret.status().message()));
+    http_options.sessions.peer_secret = *std::move(secret);
+  }
   http_options.trusted_proxies = std::move(trusted_proxies);
   http_options.cluster = member.get();
   http_options.ownership = ownership.get();

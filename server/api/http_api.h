@@ -132,8 +132,8 @@ class HttpApi {
   // GET /api/v1/cluster.
   void InstallClusterHandlers();
   // Cluster mode: when `id` (an incident's "inc-<shard>-N" or an action's
-  // "act-<shard>-N") names another shard, sends `req` (method, path,
-  // query, body, the caller's Authorization) on to that shard's members in
+  // "act-<shard>~<replica>-N") names another shard, sends `req` (method, path,
+  // query, body, the caller's credentials) on to that shard's members in
   // turn, replies with the first answer that is not a 404 or 5xx (an
   // action lives on the shard's leader only), and returns true. 503 when
   // the shard is not in the map, 502 when no member answered. False (and
@@ -141,6 +141,11 @@ class HttpApi {
   // that another server forwarded already.
   bool ForwardToShardOf(const std::string& id, const httplib::Request& req,
                         httplib::Response& res) const;
+  // The headers that carry `req`'s caller to another server: its
+  // Authorization header, or for a browser session its identity signed with
+  // the fleet's peer secret (kOnBehalfOfHeader); none otherwise.
+  std::vector<std::pair<std::string, std::string>> PassOnCredentials(
+      const httplib::Request& req) const;
   // Replies `local` (an object holding the array `list_key`), merged in
   // cluster mode with the same list from one member of every other shard
   // (each item labelled with its "shard", "shards" telling who answered),
@@ -158,7 +163,8 @@ class HttpApi {
   void ReleaseRequest(const httplib::Request& req);
 
   const HttpApiOptions options_;
-  RequestAuthorizer authorizer_;
+  // Thread-safe; mutable so that const handlers can find out who calls.
+  mutable RequestAuthorizer authorizer_;
   std::atomic<int> event_streams_{0};
   const int max_requests_per_client_;
   std::mutex clients_mu_;

@@ -87,6 +87,22 @@ void HttpApi::InstallClusterHandlers() {
   });
 }
 
+std::vector<std::pair<std::string, std::string>> HttpApi::PassOnCredentials(
+    const httplib::Request& req) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (req.has_header("Authorization")) {
+    out.emplace_back("Authorization", req.get_header_value("Authorization"));
+    return out;
+  }
+  // A browser session is known only here: vouch for its holder.
+  absl::StatusOr<RequestIdentity> caller = authorizer_.Authorize(CredentialsOf(req), Role::kViewer);
+  if (!caller.ok() || caller->via != "session" || options_.cluster == nullptr) return out;
+  const cluster::Member self = options_.cluster->self();
+  std::string vouched = authorizer_.Delegate(caller->who, absl::StrCat(self.shard, "/", self.replica));
+  if (!vouched.empty()) out.emplace_back(kOnBehalfOfHeader, std::move(vouched));
+  return out;
+}
+
 bool HttpApi::ForwardToShardOf(const std::string& id, const httplib::Request& req,
                                httplib::Response& res) const {
   const HttpApiOptions& o = options_;
@@ -103,8 +119,7 @@ bool HttpApi::ForwardToShardOf(const std::string& id, const httplib::Request& re
   }
   OutboundRequest out;
   out.method = req.method;
-  if (req.has_header("Authorization"))
-    out.headers.emplace_back("Authorization", req.get_header_value("Authorization"));
+  out.headers = PassOnCredentials(req);
   if (!req.body.empty()) {
     out.headers.emplace_back("Content-Type", "application/json");
     out.body = req.body;
@@ -156,8 +171,7 @@ void HttpApi::ReplyFleetWide(const httplib::Request& req, httplib::Response& res
   Json shards = Json::array({{{"shard", self}, {"ok", true}, {"member", o.cluster->self().replica}}});
   for (cluster::ShardReply& reply :
        cluster::FanOut(view.map, self, absl::StrCat(req.path, "?", LocalQuery(req)),
-                       req.get_header_value("Authorization"), *o.transport,
-                       o.fan_out_timeout_seconds)) {
+                       PassOnCredentials(req), *o.transport, o.fan_out_timeout_seconds)) {
     Json status = {{"shard", reply.shard}, {"ok", reply.ok}, {"member", reply.member}};
     if (!reply.ok) status["error"] = reply.error;
     shards.push_back(std::move(status));

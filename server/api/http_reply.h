@@ -67,7 +67,7 @@ inline RequestCredentials CredentialsOf(const httplib::Request& req) {
     return it == req.headers.end() ? std::string_view() : std::string_view(it->second);
   };
   return RequestCredentials{req.method, header("Authorization"), header("Cookie"),
-                            header(kCsrfHeader)};
+                            header(kCsrfHeader), header(kOnBehalfOfHeader)};
 }
 
 // Replies the error of a failed call with its HTTP status.

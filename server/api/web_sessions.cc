@@ -1,9 +1,15 @@
 #include "server/api/web_sessions.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "notify/signing.h"
 #include "openssl/rand.h"
 
@@ -31,6 +37,15 @@ absl::Status RoleCheck(const Identity& who, Role needed) {
   return absl::PermissionDeniedError(absl::StrCat(
       who.name, " has the ", std::string(RoleName(who.role)),
       " role; this call needs ", std::string(RoleName(needed))));
+}
+
+// What kOnBehalfOfHeader signs: "v1.<expiry>.<role>.<name>.<server>",
+// the last two web-safe base64.
+std::string DelegationText(int64_t expiry, Role role, std::string_view name,
+                           std::string_view server) {
+  return absl::StrCat("v1.", expiry, ".", std::string(RoleName(role)), ".",
+                      absl::WebSafeBase64Escape(std::string(name)), ".",
+                      absl::WebSafeBase64Escape(std::string(server)));
 }
 
 }  // namespace
@@ -133,9 +148,51 @@ void RequestAuthorizer::SignOut(std::string_view cookie_header) {
   sessions_.erase(SessionKey(id));
 }
 
+std::string RequestAuthorizer::Delegate(const Identity& who, std::string_view server) const {
+  if (options_.peer_secret.empty()) return "";
+  const auto expiry = static_cast<int64_t>(clock_->Now() + options_.delegation_seconds);
+  const std::string text = DelegationText(expiry, who.role, who.name, server);
+  return absl::StrCat(text, ".", HexEncode(HmacSha256(options_.peer_secret, text)));
+}
+
+absl::StatusOr<RequestIdentity> RequestAuthorizer::Delegated(std::string_view header,
+                                                             Role needed) const {
+  if (options_.peer_secret.empty())
+    return absl::UnauthenticatedError(absl::StrCat(
+        kOnBehalfOfHeader, ": a request passed on for another server's session, but this "
+        "server has no cluster.peer_secret_file to check it with"));
+  const std::vector<std::string> parts = absl::StrSplit(std::string(header), '.');
+  auto refuse = [](const char* why) {
+    return absl::UnauthenticatedError(absl::StrCat(kOnBehalfOfHeader, ": ", why));
+  };
+  if (parts.size() != 6 || parts[0] != "v1") return refuse("not a v1 signed identity");
+  int64_t expiry = 0;
+  std::optional<Role> role = ParseRole(parts[2]);
+  std::string name, server;
+  if (!absl::SimpleAtoi(parts[1], &expiry) || !role.has_value() ||
+      !absl::WebSafeBase64Unescape(parts[3], &name) ||
+      !absl::WebSafeBase64Unescape(parts[4], &server) || name.empty())
+    return refuse("malformed");
+  const std::string text = DelegationText(expiry, *role, name, server);
+  if (!ConstantTimeEquals(HexEncode(HmacSha256(options_.peer_secret, text)), parts[5]))
+    return refuse("the signature does not match (a different cluster.peer_secret_file?)");
+  const double now = clock_->Now();
+  // Clocks of two servers may differ a little; a longer life was not made
+  // by a server of ours.
+  if (expiry < now || expiry > now + 2 * options_.delegation_seconds)
+    return refuse("expired, or dated too far ahead (are the servers' clocks in sync?)");
+  Identity who{absl::StrCat(name, " (via ", server, ")"), *role};
+  if (absl::Status role_ok = RoleCheck(who, needed); !role_ok.ok()) return role_ok;
+  return RequestIdentity{std::move(who), "delegated", ""};
+}
+
 absl::StatusOr<RequestIdentity> RequestAuthorizer::Authorize(
     const RequestCredentials& request, Role needed) {
   if (auth_ == nullptr) return RequestIdentity{{"local", Role::kAdmin}, "token", ""};
+  // A bearer token wins; then another server's signed identity; then the
+  // session cookie.
+  if (request.authorization.empty() && !request.on_behalf_of.empty())
+    return Delegated(request.on_behalf_of, needed);
   const std::string_view id = CookieValue(request.cookie, kSessionCookie);
   if (!request.authorization.empty() || id.empty()) {
     absl::StatusOr<Identity> who = auth_->Authorize(request.authorization, needed);

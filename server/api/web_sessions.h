@@ -42,7 +42,21 @@ struct WebSessionOptions {
   int max_failed_sign_ins_per_client = 10;
   int max_failed_sign_ins = 1000;
   double sign_in_window_seconds = 60;
+  // Cluster mode: the secret every server of the fleet shares
+  // (cluster.peer_secret_file). A server that passes on a request of a
+  // browser session to another shard's server sends the session's
+  // identity signed with it (kOnBehalfOfHeader), since the session is
+  // known only where it was opened. Empty: no such identity is sent, and
+  // one received is refused.
+  std::string peer_secret;
+  // How long a signed identity is good for.
+  double delegation_seconds = 60;
 };
+
+// The header carrying an identity signed by another server of the fleet:
+// "v1.<expiry unix s>.<role>.<base64 name>.<base64 server>.<hex HMAC-SHA256
+// of what precedes it, under WebSessionOptions::peer_secret>".
+inline constexpr char kOnBehalfOfHeader[] = "X-Vigil-On-Behalf-Of";
 
 // What a request presents, as raw header values ("" when absent).
 struct RequestCredentials {
@@ -50,12 +64,14 @@ struct RequestCredentials {
   std::string_view authorization;  // Authorization header
   std::string_view cookie;         // Cookie header
   std::string_view csrf;           // X-CSRF-Token header
+  std::string_view on_behalf_of;   // kOnBehalfOfHeader
 };
 
 // Who made a request and how.
 struct RequestIdentity {
   Identity who;
-  // "token", "session" or "anonymous".
+  // "token", "session", "anonymous" or "delegated" (another server of the
+  // fleet passed it on for one of its sessions).
   std::string via;
   // The session's CSRF token; empty unless via == "session".
   std::string csrf;
@@ -87,7 +103,8 @@ class RequestAuthorizer {
   void SignOut(std::string_view cookie_header);
 
   // Who made the request, checked to hold at least `needed`. A bearer
-  // token wins over the cookie. A request that is not GET/HEAD and rides on
+  // token wins, then another server's signed identity (kOnBehalfOfHeader:
+  // kUnauthenticated when it does not check out), then the cookie. A request that is not GET/HEAD and rides on
   // the session cookie must carry its CSRF token. A read with an ended
   // session passes as anonymous when anonymous reads are allowed. kUnauthenticated when no
   // valid token or session is presented (and anonymous reads do not
@@ -95,6 +112,11 @@ class RequestAuthorizer {
   // missing or wrong.
   absl::StatusOr<RequestIdentity> Authorize(const RequestCredentials& request,
                                             Role needed);
+
+  // The kOnBehalfOfHeader value that lets the other servers of the fleet
+  // take a request passed on from `server` as made by `who`, for
+  // delegation_seconds; "" when no peer secret is set.
+  std::string Delegate(const Identity& who, std::string_view server) const;
 
   // Live sessions (expired ones are dropped lazily).
   size_t session_count() const;
@@ -106,6 +128,8 @@ class RequestAuthorizer {
     double created = 0;
     double last_used = 0;
   };
+  // The identity another server signed (kOnBehalfOfHeader `header`).
+  absl::StatusOr<RequestIdentity> Delegated(std::string_view header, Role needed) const;
   // Drops expired sessions (mu_ held).
   void PurgeExpired(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Expired(const Session& session, double now) const;

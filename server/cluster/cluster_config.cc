@@ -8,7 +8,8 @@ void ParseClusterSection(const nlohmann::json& section, JsonConfigReader& r,
   const std::string path = "cluster";
   if (!r.CheckObject(section, path,
                      {"etcd_endpoints", "etcd_ca_file", "etcd_cert_file", "etcd_key_file",
-                      "etcd_username", "etcd_password_file", "prefix", "shard", "replica",
+                      "etcd_username", "etcd_password_file", "peer_secret_file", "prefix",
+                      "shard", "replica",
                       "advertise_grpc", "advertise_http", "lease_seconds", "poll_seconds"})) {
     return;
   }
@@ -19,6 +20,7 @@ void ParseClusterSection(const nlohmann::json& section, JsonConfigReader& r,
   r.String(section, path, "etcd_key_file", &o.etcd_key_file);
   r.String(section, path, "etcd_username", &o.etcd_username);
   r.String(section, path, "etcd_password_file", &o.etcd_password_file);
+  r.String(section, path, "peer_secret_file", &o.peer_secret_file);
   r.String(section, path, "prefix", &o.prefix);
   r.String(section, path, "shard", &o.shard);
   r.String(section, path, "replica", &o.replica);

@@ -38,6 +38,11 @@ struct ClusterOptions {
   // and a file holding its password.
   std::string etcd_username;
   std::string etcd_password_file;
+  // A file holding the secret every server of the fleet shares, with
+  // which a server vouches for its browser sessions' users when it passes
+  // their requests on to another shard (WebSessionOptions::peer_secret).
+  // Empty: browser sessions see and act on their own server's shard only.
+  std::string peer_secret_file;
   std::string prefix = "/vigil";            // every key lives under it
   std::string shard;                        // the pair this server belongs to
   std::string replica;                      // its name within the pair

@@ -9,7 +9,8 @@ namespace vigil::cluster {
 namespace {
 
 ShardReply AskShard(const std::string& shard, const std::vector<Member>& members,
-                    const std::string& path_and_query, const std::string& authorization,
+                    const std::string& path_and_query,
+                    const std::vector<std::pair<std::string, std::string>>& credentials,
                     Transport& transport, double timeout_seconds) {
   ShardReply reply;
   reply.shard = shard;
@@ -18,7 +19,7 @@ ShardReply AskShard(const std::string& shard, const std::vector<Member>& members
     OutboundRequest request;
     request.method = "GET";
     request.url = absl::StrCat(member.http, path_and_query);
-    if (!authorization.empty()) request.headers.emplace_back("Authorization", authorization);
+    request.headers = credentials;
     reply.member = member.replica;
     const TransportResult result = transport.Send(request, timeout_seconds);
     if (result.http_status != 200) {
@@ -44,13 +45,13 @@ ShardReply AskShard(const std::string& shard, const std::vector<Member>& members
 
 std::vector<ShardReply> FanOut(const ShardMap& map, const std::string& self_shard,
                                const std::string& path_and_query,
-                               const std::string& authorization, Transport& transport,
-                               double timeout_seconds) {
+                               const std::vector<std::pair<std::string, std::string>>& credentials,
+                               Transport& transport, double timeout_seconds) {
   std::vector<std::future<ShardReply>> pending;
   for (const std::string& shard : map.shards()) {
     if (shard == self_shard) continue;
     pending.push_back(std::async(std::launch::async, [&, shard] {
-      return AskShard(shard, map.MembersOf(shard), path_and_query, authorization, transport,
+      return AskShard(shard, map.MembersOf(shard), path_and_query, credentials, transport,
                       timeout_seconds);
     }));
   }

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -25,13 +26,14 @@ struct ShardReply {
 };
 
 // GETs `path_and_query` (e.g. "/api/v1/incidents?local=1") from every shard
-// of `map` except `self_shard`, with `authorization` (the caller's header,
-// may be empty) and a `timeout_seconds` per request. Never fails: a shard
-// that does not answer with a JSON object comes back !ok with the reason.
+// of `map` except `self_shard`, with `credentials` (the headers that carry
+// the caller's identity; may be none) and a `timeout_seconds` per request.
+// Never fails: a shard that does not answer with a JSON object comes back
+// !ok with the reason.
 std::vector<ShardReply> FanOut(const ShardMap& map, const std::string& self_shard,
                                const std::string& path_and_query,
-                               const std::string& authorization, Transport& transport,
-                               double timeout_seconds);
+                               const std::vector<std::pair<std::string, std::string>>& credentials,
+                               Transport& transport, double timeout_seconds);
 
 // The shard an id names: "inc-<shard>-<digits>" (incidents) or
 // "act-<shard>~<replica>-<digits>" (actions) of cluster mode; "" for any

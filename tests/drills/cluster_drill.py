@@ -4,7 +4,10 @@ vigil-server on loopback, simulated agents of 6 jobs. See docs/SCALING.md.
 1. SIGKILL the leader of a shard while a P0 is being re-paged: the standby
    leads within 15 s, re-paging goes on, the receivers see no duplicate
    idempotency key and no missing round, the incident is still listed.
-2. The API of every live server lists the incidents of every shard.
+2. The API of every live server lists the incidents of every shard, and an
+   incident of one shard is acted on through a server of the other, with
+   an API token and with a browser session (vouched for with the fleet's
+   peer secret).
 3. Stop a whole pair: its jobs move to the other shard and are watched again.
 4. A new shard joins: the jobs it wins move to it, the others stay.
 Throughout: no incident other than the injected faults (a node moving
@@ -15,6 +18,7 @@ import json
 import re
 import shutil
 import time
+import urllib.request
 
 import lib
 from lib import DrillError, Receivers, Server, Skip, free_port, log, server_config, wait_until
@@ -25,6 +29,7 @@ REPAGE_POLICY = {"steps": [{"targets": ["schedule:primary"], "channels": ["pager
 JOBS = ["alpha-r1", "bravo-r1", "charlie-r1", "delta-r1", "echo-r1", "foxtrot-r1",
         "golf-r1", "hotel-r1", "india-r1", "juliet-r1"]
 OPERATOR_TOKEN = "drill-operator-token"
+PEER_SECRET = "drill-peer-secret"
 FAULT_KINDS = {"ecc_dbe": ("ecc_double_bit",), "loss_nan": ("loss_nan", "grad_nan")}
 
 
@@ -71,9 +76,11 @@ class Member(Server):
                             "warmup_max_seconds": 10, "rewarm_seconds": 5}
         cfg["auth"] = {"tokens": [{"name": "alice", "role": "operator",
                                    "sha256": hashlib.sha256(OPERATOR_TOKEN.encode()).hexdigest()}]}
+        secret_file = env.dir / "peer-secret"
+        secret_file.write_text(PEER_SECRET + "\n")
         cfg["cluster"] = {
             "etcd_endpoints": etcd.endpoints, "prefix": "/vigil-drill",
-            "shard": shard, "replica": replica,
+            "shard": shard, "replica": replica, "peer_secret_file": str(secret_file),
             "advertise_grpc": cfg["grpc_listen"],
             "advertise_http": "http://" + cfg["http_listen"], "lease_seconds": 5}
         super().__init__(env, cfg, name=f"server-{shard}{replica}")
@@ -91,6 +98,19 @@ class Member(Server):
         if status != 200 or not isinstance(body, dict):
             return {}
         return {j.get("job"): j for j in body.get("jobs", [])}
+
+
+def session_on(server):
+    """Signs in to `server`'s web UI with the operator token: (Cookie header,
+    CSRF token), or (None, why not)."""
+    req = urllib.request.Request(f"{server.base}/api/v1/session", method="POST",
+                                 data=json.dumps({"token": OPERATOR_TOKEN}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.headers.get("Set-Cookie", "").split(";")[0], json.loads(r.read()).get("csrf")
+    except (OSError, ValueError) as e:
+        return None, str(e)
 
 
 def owner_of(server, job):
@@ -269,6 +289,22 @@ def drill_cluster(env, res, short, seed):
                   and ack_status == 200 and acked,
                   f"GET {status}, ack {ack_status} via {via.name}; "
                   f"{s1_leader.name} {'acknowledged' if acked else str(ack_body)[:200]}")
+        # A browser session is known only where it signed in: the s0 server
+        # vouches for its user to s1 (cluster.peer_secret_file).
+        cookie, csrf = session_on(via)
+        steps = []
+        for verb in ("unack", "ack"):
+            st, _ = lib.http(f"{via.base}/api/v1/incidents/{s1_inc['id']}/{verb}", method="POST",
+                             body={"comment": "drill: a browser session on the other shard"},
+                             headers={"Cookie": cookie or "", "X-CSRF-Token": csrf or ""})
+            steps.append(f"{verb} {st}")
+        vouched = f"alice (via {via.shard}/{via.replica})"
+        audited = wait_until(lambda: [e for e in s1_leader.api("/api/v1/audit?limit=50")
+                                      .get("entries", []) if e.get("who") == vouched], 10, 0.2)
+        res.check("a browser session signed in on an s0 server acts on an s1 incident",
+                  cookie is not None and steps == ["unack 200", "ack 200"] and len(audited) >= 2,
+                  f"{', '.join(steps) or csrf} via {via.name}; {s1_leader.name} audited "
+                  f"{len(audited)} operations by '{vouched}'")
 
     # 3. Stop the whole s1 pair: its jobs move to s0 and are watched again.
     s1_jobs = [j for j in jobs if owners[j] == "s1"]

@@ -1,5 +1,6 @@
 // RequestAuthorizer: sign-in, bearer tokens, session cookies with CSRF,
-// anonymous reads, expiry on a fake clock, eviction; and CookieValue.
+// anonymous reads, expiry on a fake clock, eviction, identities vouched
+// for by another server of the fleet; and CookieValue.
 #include "server/api/web_sessions.h"
 
 #include <string>
@@ -306,6 +307,77 @@ TEST_F(WebSessionsTest, FailedSignInsAreRateLimited) {
                                           std::to_string(i % 8));
   EXPECT_TRUE(absl::IsResourceExhausted(
       authorizer_.SignIn(kOperatorToken, "10.2.0.1").status()));
+}
+
+// Two servers of a fleet sharing a peer secret: a session's holder on one
+// is vouched for on the other (a request passed on to another shard).
+class DelegationTest : public ::testing::Test {
+ protected:
+  static WebSessionOptions WithSecret(const std::string& secret) {
+    WebSessionOptions options;
+    options.peer_secret = secret;
+    return options;
+  }
+  DelegationTest()
+      : auth_(TwoTokens(/*anonymous_read=*/false)),
+        here_(&auth_, &clock_, WithSecret("fleet-secret")),
+        there_(&auth_, &clock_, WithSecret("fleet-secret")),
+        stranger_(&auth_, &clock_, WithSecret("another-secret")),
+        no_secret_(&auth_, &clock_) {}
+
+  // What server `to` makes of a POST carrying `vouched`.
+  absl::StatusOr<RequestIdentity> Receive(RequestAuthorizer& to, const std::string& vouched,
+                                          Role needed) {
+    return to.Authorize({"POST", "", "", "", vouched}, needed);
+  }
+
+  FakeClock clock_;
+  Authenticator auth_;
+  RequestAuthorizer here_, there_, stranger_, no_secret_;
+};
+
+TEST_F(DelegationTest, ASessionHolderIsVouchedForOnAnotherServer) {
+  const std::string vouched = here_.Delegate({"olga", Role::kOperator}, "s0/a");
+  ASSERT_FALSE(vouched.empty());
+  absl::StatusOr<RequestIdentity> who = Receive(there_, vouched, Role::kOperator);
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->via, "delegated");
+  EXPECT_EQ(who->who.name, "olga (via s0/a)");
+  EXPECT_EQ(who->who.role, Role::kOperator);
+  // The role travels with it and is checked: no CSRF token is needed (the
+  // first server checked the session's).
+  EXPECT_EQ(Receive(there_, vouched, Role::kAdmin).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // A bearer token still wins.
+  absl::StatusOr<RequestIdentity> token =
+      there_.Authorize({"GET", std::string("Bearer ") + kViewerToken, "", "", vouched},
+                       Role::kViewer);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(token->who.name, "vic");
+}
+
+TEST_F(DelegationTest, ForgedStaleOrUncheckableIdentitiesAreRefused) {
+  const std::string vouched = here_.Delegate({"vic", Role::kViewer}, "s0/a");
+  auto code = [&](RequestAuthorizer& to, const std::string& header) {
+    return Receive(to, header, Role::kViewer).status().code();
+  };
+  EXPECT_EQ(code(stranger_, vouched), absl::StatusCode::kUnauthenticated) << "another fleet";
+  EXPECT_EQ(code(no_secret_, vouched), absl::StatusCode::kUnauthenticated) << "no secret here";
+  EXPECT_TRUE(no_secret_.Delegate({"vic", Role::kViewer}, "s0/a").empty());
+  // The viewer made admin, or renamed: the signature no longer matches.
+  std::string promoted = vouched;
+  promoted.replace(promoted.find(".viewer."), 8, ".admin.");
+  EXPECT_EQ(code(there_, promoted), absl::StatusCode::kUnauthenticated);
+  for (const std::string& junk : {std::string("v1"), std::string("v2.1.viewer.a.b.c"),
+                                  std::string("v1.x.viewer.dmlj.czA.00"), vouched + ".more"}) {
+    EXPECT_EQ(code(there_, junk), absl::StatusCode::kUnauthenticated) << junk;
+  }
+  // A minute later it is stale.
+  EXPECT_TRUE(Receive(there_, vouched, Role::kViewer).ok());
+  clock_.Advance(61);
+  absl::Status stale = Receive(there_, vouched, Role::kViewer).status();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(stale.message().find("expired"), std::string::npos) << stale;
 }
 
 }  // namespace

@@ -108,6 +108,7 @@ TEST(ConfigTest, ClusterSection) {
     "etcd_ca_file": "/etc/vigil/etcd-ca.pem", "etcd_cert_file": "/etc/vigil/etcd.pem",
     "etcd_key_file": "/etc/vigil/etcd-key.pem", "etcd_username": "vigil",
     "etcd_password_file": "/etc/vigil/etcd-password", "shard": "s0", "replica": "a",
+    "peer_secret_file": "/etc/vigil/peer-secret",
     "advertise_grpc": "h:7070", "advertise_http": "http://h:8080"}})",
                         &secure);
   ASSERT_TRUE(s.ok()) << s;
@@ -115,6 +116,7 @@ TEST(ConfigTest, ClusterSection) {
   EXPECT_EQ(secure.cluster->etcd_key_file, "/etc/vigil/etcd-key.pem");
   EXPECT_EQ(secure.cluster->etcd_username, "vigil");
   EXPECT_EQ(secure.cluster->etcd_password_file, "/etc/vigil/etcd-password");
+  EXPECT_EQ(secure.cluster->peer_secret_file, "/etc/vigil/peer-secret");
   EXPECT_TRUE(ValidateServerOptions(secure).ok()) << ValidateServerOptions(secure);
   secure.cluster->etcd_key_file.clear();
   s = ValidateServerOptions(secure);
