@@ -207,6 +207,10 @@ bool StreamNode(const std::shared_ptr<grpc::Channel>& channel,
   auto stream = stub->Stream(&ctx);
   std::vector<Steady::time_point> sent(load.batches.size() + 1);
   std::atomic<uint64_t> acked{0};
+  // Bumped with every ack and when the stream ends (the server may end it,
+  // e.g. when the first batch came too late): the writer waits on it.
+  std::atomic<uint64_t> events{0};
+  std::atomic<bool> ended{false};
   std::thread reader([&] {
     vigil::v1::Ack ack;
     while (stream->Read(&ack)) {
@@ -215,8 +219,12 @@ bool StreamNode(const std::shared_ptr<grpc::Channel>& channel,
         latencies->push_back(std::chrono::duration<double>(now - sent[s]).count());
       }
       acked = ack.acked_seq();
-      acked.notify_all();
+      ++events;
+      events.notify_all();
     }
+    ended = true;
+    ++events;
+    events.notify_all();
   });
   for (const auto& batch : load.batches) {
     uint64_t seq = batch.seq();
@@ -225,7 +233,11 @@ bool StreamNode(const std::shared_ptr<grpc::Channel>& channel,
           start + std::chrono::duration_cast<Steady::duration>(
                       std::chrono::duration<double>((seq - 1) / pace_hz)));
     }
-    while (seq > acked.load() + window) acked.wait(acked.load());
+    while (!ended && seq > acked.load() + window) {
+      const uint64_t seen = events.load();
+      if (!ended && seq > acked.load() + window) events.wait(seen);
+    }
+    if (ended) break;
     sent[seq] = Steady::now();
     if (seq == load.fault_seq)
       fault_sent_ns->store(sent[seq].time_since_epoch().count());
