@@ -11,6 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace vigil {
@@ -36,6 +39,40 @@ class CompressedSamples {
 
   // Drops every sample and frees the buffer.
   void Clear() { *this = CompressedSamples(); }
+
+  // A point of the sequence: the samples appended before it.
+  struct Mark {
+    uint32_t bit = 0;    // where the next sample's bits start
+    uint32_t count = 0;  // samples before it
+  };
+  Mark mark() const { return {used_bits_, count_}; }
+
+  // Appends to `out` a record of the samples after `from` (a mark taken
+  // since the last Clear()): their bits as they are, and the encoder's state
+  // after them, so that a sequence holding exactly the samples before
+  // `from` can decode it (DecodeRecord). Costs a copy of those bits, no
+  // decoding: the store checkpoints open blocks this way. Empty record (not
+  // appended) when no sample follows `from`.
+  void AppendRecordSince(Mark from, std::string* out) const;
+
+  // What a record says about itself without decoding it.
+  struct RecordInfo {
+    uint32_t count = 0;      // samples it holds
+    bool continues = false;  // its first sample follows earlier ones
+    int64_t last_ts_ms = 0;  // of its last sample
+  };
+  // The header of a record AppendRecordSince wrote; nullopt if `record` is
+  // not one (too short, another format).
+  static std::optional<RecordInfo> PeekRecord(std::string_view record);
+
+  // Appends the samples of `record` to `ts_ms` and `values`, decoding it
+  // from this sequence's state: this must hold exactly the samples that
+  // preceded the record's when it was written (none for one that does not
+  // continue). False if the record is malformed or does not continue this
+  // sequence (the encoder's state after it differs from the one recorded);
+  // the outputs may then hold a partial prefix.
+  bool DecodeRecord(std::string_view record, std::vector<int64_t>* ts_ms,
+                    std::vector<double>* values) const;
 
   // Bytes of the buffer (for tests and accounting).
   size_t capacity_bytes() const { return capacity_; }

@@ -8,8 +8,9 @@
 //                                                    "" once expired
 //   events  len(u16) stream ts_ms(u64) seq(u64)   -> ts(f64 bits) payload
 //   open    id(u32)                 -> last sample of the last closed block
-//           id(u32) piece_start_ms(u64)           -> chunk: part of an
-//                                                    open block
+//           id(u32) piece_ms(u64)                 -> piece: the samples of
+//                                                    an open block since
+//                                                    its previous piece
 //   default "log_start", "next_event_seq"         -> u64
 //   quarantine family(u8) key                     -> a value that could not
 //                                                    be decoded, kept aside
@@ -81,8 +82,6 @@ constexpr int64_t kDayMs = 86'400'000;
 constexpr size_t kRetentionBatchSeries = 1024;
 // Longest block span: a piece whose samples span more is corrupt.
 constexpr double kMaxBlockSeconds = 40 * 86400.0;
-// Open-block pieces are short-lived: compress them cheaply.
-constexpr ChunkCodecOptions kPieceCodec{.zstd_level = 1};
 
 enum Cf { kMeta = 0, kRaw, kRollup, kIndex, kEvents, kOpen, kQuarantine, kNumCf };
 constexpr const char* kCfNames[kNumCf] = {"default", "raw",  "rollup",    "index",
@@ -247,8 +246,10 @@ struct Block {
   SeriesCursor cursor;
   int64_t start_ms = 0;           // of the first sample of `samples`
   CompressedSamples samples;      // the open block
-  uint32_t checkpointed = 0;      // samples [0, checkpointed) are in pieces
-  std::vector<int64_t> pieces;    // start of each piece in the open family
+  // Where the last piece ended: samples [0, checkpointed.count) are in
+  // pieces.
+  CompressedSamples::Mark checkpointed;
+  std::vector<int64_t> pieces;    // key time of each piece in the open family
   bool expired = false;           // left the index (all data expired)
 };
 
@@ -344,12 +345,12 @@ class RocksDbStore : public SeriesStore {
     uint64_t log_number = 0;
     std::vector<SeriesId> ids;  // the dirty list it took; may repeat ids
     rocksdb::WriteBatch batch;  // what is encoded and not written yet
-    // A piece encoded: its series, its start, and the series' checkpointed
-    // count before it (restored if the piece is not written).
+    // A piece encoded: its series, its key time, and where the series'
+    // pieces ended before it (restored if the piece is not written).
     struct Piece {
       SeriesId id;
       int64_t start;
-      uint32_t checkpointed_before;
+      CompressedSamples::Mark checkpointed_before;
     };
     std::vector<Piece> written;
     size_t durable = 0;  // written[0, durable) are in the database
@@ -575,7 +576,21 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
     }
     ts.clear();
     values.clear();
-    const bool decoded = DecodeChunk(it->value().ToStringView(), &ts, &values).ok();
+    // A piece is a record continuing the pieces before it; one written
+    // before records (a chunk) holds its samples alone.
+    const std::string_view piece = it->value().ToStringView();
+    const std::optional<CompressedSamples::RecordInfo> record =
+        CompressedSamples::PeekRecord(piece);
+    if (record.has_value() && b.cursor.has_last &&
+        record->last_ts_ms <= b.cursor.last_ms && b.samples.empty()) {
+      // The piece of a block that closed while a checkpoint wrote it (see
+      // below): what it continues was deleted with the block.
+      (void)quarantine.Delete(cf(kOpen), k);
+      continue;
+    }
+    const bool decoded = record.has_value()
+                             ? b.samples.DecodeRecord(piece, &ts, &values)
+                             : DecodeChunk(piece, &ts, &values).ok();
     const int64_t block_start = b.samples.empty() && !ts.empty() ? ts[0] : b.start_ms;
     if (!decoded || std::any_of(ts.begin(), ts.end(), [&](int64_t t) {
           return t < block_start || t - block_start > TsToMillis(kMaxBlockSeconds);
@@ -599,7 +614,7 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       b.samples.Append(ts[i], values[i]);
       (void)ClassifySample(&b.cursor, ts[i], values[i]);
     }
-    b.checkpointed = static_cast<uint32_t>(b.samples.size());
+    b.checkpointed = b.samples.mark();
   }
   VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read open blocks"));
   if (quarantine.Count() == 0) return absl::OkStatus();
@@ -674,7 +689,7 @@ void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
       if (!b.samples.empty() && ts_ms - b.start_ms >= block_ms_)
         CloseBlock(id, &b, batch);
       if (b.samples.empty()) b.start_ms = ts_ms;
-      if (b.samples.size() == b.checkpointed) dirty_.push_back(id);
+      if (b.samples.size() == b.checkpointed.count) dirty_.push_back(id);
       b.samples.Append(ts_ms, frame.values[i]);
       if (b.samples.size() >= block_samples) CloseBlock(id, &b, batch);
     }
@@ -699,7 +714,7 @@ void RocksDbStore::CloseBlock(SeriesId id, Block* b,
   for (int64_t piece : b->pieces) (void)batch->Delete(cf(kOpen), PieceKey(id, piece));
   b->samples.Clear();
   b->pieces.clear();
-  b->checkpointed = 0;
+  b->checkpointed = {};
   ++chunks_flushed_;
 }
 
@@ -733,18 +748,20 @@ absl::StatusOr<RocksDbStore::CheckpointWork> RocksDbStore::BeginCheckpoint() {
 
 void RocksDbStore::EncodePieces(CheckpointWork& work, size_t begin,
                                 size_t end) {
-  thread_local std::vector<int64_t> ts;
-  thread_local std::vector<double> values;
+  std::string piece;
   for (size_t i = begin; i < end; ++i) {
     const SeriesId id = work.ids[i];
     Block& b = blocks_[id];
-    if (b.checkpointed >= b.samples.size()) continue;
-    DecodeBlock(b, b.checkpointed, &ts, &values);
-    const std::string piece = EncodeChunk(ts, values, kPieceCodec);
-    (void)work.batch.Put(cf(kOpen), PieceKey(id, ts[0]), piece);
-    work.written.push_back({id, ts[0], b.checkpointed});
-    b.pieces.push_back(ts[0]);  // provisional: rolled back on failure
-    b.checkpointed = static_cast<uint32_t>(b.samples.size());
+    if (b.checkpointed.count >= b.samples.size()) continue;
+    // The bits as they are, no decoding; keyed by the last sample's time
+    // (the cursor's), which grows from piece to piece of a block.
+    piece.clear();
+    b.samples.AppendRecordSince(b.checkpointed, &piece);
+    const int64_t key_ms = b.cursor.last_ms;
+    (void)work.batch.Put(cf(kOpen), PieceKey(id, key_ms), piece);
+    work.written.push_back({id, key_ms, b.checkpointed});
+    b.pieces.push_back(key_ms);  // provisional: rolled back on failure
+    b.checkpointed = b.samples.mark();
   }
 }
 

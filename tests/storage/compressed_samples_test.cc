@@ -3,7 +3,9 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -130,6 +132,138 @@ TEST(CompressedSamplesTest, ClearFreesAndStartsAgain) {
   samples.Decode(0, &ts, &v);
   EXPECT_EQ(ts, std::vector<int64_t>{5});
   EXPECT_EQ(v, std::vector<double>{1.5});
+}
+
+// A noisy series of `n` samples: mostly 1 Hz with jitter and gaps, values
+// that stay, drift, change by a little or become any bit pattern.
+void NoisySeries(std::mt19937_64& rng, int n, std::vector<int64_t>* ts,
+                 std::vector<double>* v) {
+  int64_t t = static_cast<int64_t>(rng() >> 24);
+  double level = 300;
+  for (int i = 0; i < n; ++i) {
+    t += rng() % 8 == 0 ? static_cast<int64_t>(rng() % 100'000) : 1000;
+    ts->push_back(t);
+    switch (rng() % 5) {
+      case 0: break;
+      case 1: level += 0.5; break;
+      case 2: level = FromBits(rng()); break;
+      default: level = 300 + static_cast<double>(rng() % 1000) / 10; break;
+    }
+    v->push_back(level);
+  }
+}
+
+// Rebuilds a sequence from `records` as the store's loader does: decode
+// each against what was rebuilt so far, then append its samples.
+bool Rebuild(const std::vector<std::string>& records, CompressedSamples* out) {
+  for (const std::string& record : records) {
+    std::vector<int64_t> ts;
+    std::vector<double> v;
+    if (!out->DecodeRecord(record, &ts, &v)) return false;
+    for (size_t i = 0; i < ts.size(); ++i) out->Append(ts[i], v[i]);
+  }
+  return true;
+}
+
+TEST(CompressedSamplesTest, RecordsSinceMarksRebuildTheSequence) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 100; ++round) {
+    std::vector<int64_t> ts;
+    std::vector<double> v;
+    NoisySeries(rng, 1 + static_cast<int>(rng() % 400), &ts, &v);
+    CompressedSamples samples;
+    std::vector<std::string> records;
+    CompressedSamples::Mark mark = samples.mark();
+    for (size_t i = 0; i < ts.size(); ++i) {
+      samples.Append(ts[i], v[i]);
+      if (rng() % 37 == 0 || i + 1 == ts.size()) {  // a checkpoint
+        std::string record;
+        samples.AppendRecordSince(mark, &record);
+        const std::optional<CompressedSamples::RecordInfo> info =
+            CompressedSamples::PeekRecord(record);
+        ASSERT_TRUE(info.has_value());
+        EXPECT_EQ(info->count, samples.size() - mark.count);
+        EXPECT_EQ(info->continues, mark.count > 0);
+        EXPECT_EQ(info->last_ts_ms, ts[i]);
+        records.push_back(record);
+        mark = samples.mark();
+      }
+    }
+    std::string none;
+    samples.AppendRecordSince(samples.mark(), &none);
+    EXPECT_TRUE(none.empty()) << "nothing after the last mark";
+
+    CompressedSamples rebuilt;
+    ASSERT_TRUE(Rebuild(records, &rebuilt)) << "round " << round;
+    std::vector<int64_t> ts_out;
+    std::vector<double> v_out;
+    rebuilt.Decode(0, &ts_out, &v_out);
+    ASSERT_EQ(ts_out, ts);
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(Bits(v_out[i]), Bits(v[i]));
+  }
+}
+
+TEST(CompressedSamplesTest, RecordDecodesOnlyAfterWhatItContinues) {
+  CompressedSamples samples;
+  for (int i = 0; i < 10; ++i) samples.Append(1000 * i, 1.0 + i);
+  const CompressedSamples::Mark mark = samples.mark();
+  for (int i = 10; i < 20; ++i) samples.Append(1000 * i, 1.0 + i);
+  std::string first, second;
+  samples.AppendRecordSince({}, &first);
+  samples.AppendRecordSince(mark, &second);
+  std::vector<int64_t> ts;
+  std::vector<double> v;
+
+  CompressedSamples empty;
+  EXPECT_FALSE(empty.DecodeRecord(second, &ts, &v)) << "continues nothing";
+  CompressedSamples other;
+  for (int i = 0; i < 10; ++i) other.Append(1000 * i, 2.0 + i);
+  EXPECT_FALSE(other.DecodeRecord(second, &ts, &v)) << "continues other samples";
+  EXPECT_FALSE(other.DecodeRecord(first, &ts, &v)) << "a block's start, not a continuation";
+  ts.clear();
+  v.clear();
+  ASSERT_TRUE(empty.DecodeRecord(first, &ts, &v));
+  EXPECT_EQ(ts.size(), 20u);
+  EXPECT_EQ(v.back(), 20.0);
+}
+
+TEST(CompressedSamplesTest, DamagedRecordsAreRefusedOrDecodeExactly) {
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> ts;
+  std::vector<double> v;
+  NoisySeries(rng, 120, &ts, &v);
+  CompressedSamples samples;
+  for (size_t i = 0; i < 60; ++i) samples.Append(ts[i], v[i]);
+  const CompressedSamples::Mark mark = samples.mark();
+  CompressedSamples base;  // the samples before the record, rebuilt
+  for (size_t i = 0; i < 60; ++i) base.Append(ts[i], v[i]);
+  for (size_t i = 60; i < ts.size(); ++i) samples.Append(ts[i], v[i]);
+  std::string record;
+  samples.AppendRecordSince(mark, &record);
+
+  std::vector<int64_t> ts_out;
+  std::vector<double> v_out;
+  for (size_t len = 0; len < record.size(); ++len) {
+    EXPECT_FALSE(base.DecodeRecord(record.substr(0, len), &ts_out, &v_out))
+        << "cut at " << len;
+  }
+  EXPECT_FALSE(base.DecodeRecord(record + "x", &ts_out, &v_out));
+  // Every single-bit flip is refused, or (a padding bit) decodes to the
+  // very same samples: never to other samples.
+  for (size_t bit = 0; bit < record.size() * 8; ++bit) {
+    std::string damaged = record;
+    damaged[bit / 8] = static_cast<char>(damaged[bit / 8] ^ (1 << (bit % 8)));
+    ts_out.clear();
+    v_out.clear();
+    if (!base.DecodeRecord(damaged, &ts_out, &v_out)) continue;
+    ASSERT_EQ(ts_out.size(), 60u) << "bit " << bit;
+    for (size_t i = 0; i < 60; ++i) {
+      ASSERT_EQ(ts_out[i], ts[60 + i]) << "bit " << bit;
+      ASSERT_EQ(Bits(v_out[i]), Bits(v[60 + i])) << "bit " << bit;
+    }
+  }
+  EXPECT_FALSE(CompressedSamples::PeekRecord("\x04abc").has_value())
+      << "a chunk codec chunk is not a record";
 }
 
 }  // namespace

@@ -13,11 +13,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <future>
 #include <mutex>
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "storage/chunk_codec.h"
+#include "storage/compressed_samples.h"
 #include "storage/frame_log.h"
 #include "gmock/gmock.h"
 #include "tests/storage/store_test_util.h"
@@ -102,7 +105,8 @@ int CountStalePieces(const std::string& dir) {
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] != "open") continue;
     // Keys: series id (4 bytes, big-endian) -> cursor whose first 8 bytes
-    // are the last closed sample's time; id + piece start (8 bytes) ->
+    // are the last closed sample's time; id + piece time (8 bytes: its
+    // last sample's, or for pieces written before records its first) ->
     // piece. Times are biased big-endian, so bytes compare as times.
     std::string cursor_id, cursor_last;
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
@@ -119,6 +123,47 @@ int CountStalePieces(const std::string& dir) {
   }
   for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
   return stale;
+}
+
+// `v` as `bytes` big-endian bytes appended to `out`, as the store's keys.
+void PutBE(std::string* out, uint64_t v, int bytes) {
+  for (int s = 8 * (bytes - 1); s >= 0; s -= 8)
+    out->push_back(static_cast<char>(v >> s));
+}
+// A time as key bytes compare: its sign bit flipped.
+uint64_t Biased(int64_t v) { return static_cast<uint64_t>(v) ^ (uint64_t{1} << 63); }
+
+// Rewrites the open-block pieces of the store at `dir` (closed) behind its
+// back: `edit(key, value)` returns the pieces to write instead (key ->
+// value; empty to delete it). False if the database cannot be opened.
+template <typename Edit>
+bool EditPieces(const std::string& dir, Edit edit) {
+  rocksdb::DBOptions db_options;
+  std::vector<std::string> names;
+  if (!rocksdb::DB::ListColumnFamilies(db_options, dir + "/db", &names).ok()) return false;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const std::string& name : names)
+    families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw_db = nullptr;
+  if (!rocksdb::DB::Open(db_options, dir + "/db", families, &handles, &raw_db).ok())
+    return false;
+  std::unique_ptr<rocksdb::DB> db(raw_db);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != "open") continue;
+    rocksdb::WriteBatch batch;
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().size() != 12) continue;
+      (void)batch.Delete(handles[i], it->key());
+      for (const auto& [key, value] : edit(it->key().ToString(), it->value().ToString()))
+        (void)batch.Put(handles[i], key, value);
+    }
+    it.reset();
+    if (!db->Write(rocksdb::WriteOptions(), &batch).ok()) return false;
+  }
+  for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
+  return db->Close().ok();
 }
 
 // The value series `s` holds at frame `f`.
@@ -504,6 +549,86 @@ TEST_F(RocksDbStoreTest, CorruptChunksAreQuarantinedNotFatal) {
   ASSERT_EQ(rolled->size(), 1u);
   EXPECT_EQ((*rolled)[0].count, 100u);
   EXPECT_TRUE(store->Health().ok());
+}
+
+// Open blocks are checkpointed as records of the compressed bits since the
+// previous piece (storage/compressed_samples.h). A data dir from before
+// holds chunks, one per piece, keyed by their first sample: they still
+// load, later records continue them, and closing the block deletes both.
+TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
+  {
+    auto store = Open();
+    ResolveAll(store.get());
+    for (int f = 0; f < 5; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+    ASSERT_TRUE(store->Flush().ok());
+    for (int f = 5; f < 10; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  }  // closing checkpoints: two pieces per series
+  std::map<std::string, CompressedSamples> rebuilt;  // by series id
+  int pieces = 0;
+  ASSERT_TRUE(EditPieces(dir_.path(), [&](const std::string& key, const std::string& value) {
+    ++pieces;
+    CompressedSamples& samples = rebuilt[key.substr(0, 4)];
+    std::vector<int64_t> ts;
+    std::vector<double> values;
+    EXPECT_TRUE(samples.DecodeRecord(value, &ts, &values));
+    for (size_t i = 0; i < ts.size(); ++i) samples.Append(ts[i], values[i]);
+    std::string old_key = key.substr(0, 4);
+    PutBE(&old_key, Biased(ts.front()), 8);
+    return std::vector<std::pair<std::string, std::string>>{
+        {old_key, EncodeChunk(ts, values)}};
+  }));
+  EXPECT_EQ(pieces, 2 * kSeries);
+  {
+    auto store = Open();
+    EXPECT_EQ(StoredFrames(store.get()), 10);
+    EXPECT_EQ(store->Stats().chunks_quarantined, 0u);
+    for (int f = 10; f < 13; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  }  // a record continues the chunks
+  {
+    auto store = Open();
+    EXPECT_EQ(StoredFrames(store.get()), 13);
+    for (int f = 13; f < 40; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  }
+  EXPECT_EQ(CountStalePieces(dir_.path()), 0);
+  auto store = Open();
+  EXPECT_EQ(StoredFrames(store.get()), 40);
+  EXPECT_EQ(store->Stats().chunks_quarantined, 0u);
+}
+
+// A damaged piece is set aside with the pieces that continue it; the other
+// series and the blocks already closed are untouched, and the series
+// carries on.
+TEST_F(RocksDbStoreTest, DamagedPieceIsQuarantinedWithWhatContinuesIt) {
+  {
+    auto store = Open();
+    ResolveAll(store.get());
+    for (int f = 0; f < 20; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+    ASSERT_TRUE(store->Flush().ok());
+    for (int f = 20; f < 24; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  }  // series hold frames 0-15 closed, 16-19 and 20-23 in two pieces
+  std::string series2;
+  PutBE(&series2, 2, 4);
+  bool damaged = false;
+  ASSERT_TRUE(EditPieces(dir_.path(), [&](const std::string& key, std::string value) {
+    if (key.substr(0, 4) == series2 && !damaged) {
+      // A payload byte (the last may be partly padding).
+      value[value.size() - 5] = static_cast<char>(value[value.size() - 5] ^ 0xff);
+      damaged = true;
+    }
+    return std::vector<std::pair<std::string, std::string>>{{key, value}};
+  }));
+  ASSERT_TRUE(damaged);
+  auto store = Open();
+  EXPECT_EQ(store->Stats().chunks_quarantined, 2u);
+  EXPECT_EQ(store->Query(2, 0, 1e10)->size(), 16u);
+  EXPECT_EQ(store->Query(1, 0, 1e10)->size(), 24u);
+  AppendResult r;
+  std::vector<SeriesId> ids = {2};
+  std::vector<double> v = {1.5};
+  FrameColumns frame{.ts = kT0 + 30, .ids = ids, .values = v};
+  ASSERT_TRUE(store->Append({&frame, 1}, &r).ok());
+  EXPECT_EQ(r.accepted, 1u);
+  EXPECT_EQ(store->Query(2, 0, 1e10)->size(), 17u);
 }
 
 // The series index and the frame log are synced apart, so after a power
