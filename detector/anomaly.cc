@@ -5,7 +5,7 @@
 namespace vigil {
 namespace {
 
-constexpr std::array<std::string_view, 33> kNames = {
+constexpr std::array<std::string_view, 34> kNames = {
     "loss_nan",          "grad_nan",
     "ecc_dbe",           "nvlink_errors",
     "net_drops",         "net_retransmits",
@@ -22,9 +22,9 @@ constexpr std::array<std::string_view, 33> kNames = {
     "ecc_sbe_rate",      "mfu_low",
     "job_ended",         "idle_node_silent",
     "job_unreachable",   "repeat_offender",
-    "gpu_hours_at_risk",
+    "gpu_hours_at_risk", "fleet_wide_fault",
 };
-static_assert(static_cast<size_t>(AnomalyKind::kGpuHoursAtRisk) + 1 == kNames.size());
+static_assert(static_cast<size_t>(AnomalyKind::kFleetWideFault) + 1 == kNames.size());
 
 }  // namespace
 

@@ -58,6 +58,9 @@ enum class AnomalyKind : uint8_t {
                     // (raised by rules/, not by the detector).
   kGpuHoursAtRisk,  // a fault's job has much unsaved work: GPUs x time
                     // since its last checkpoint (raised by rules/).
+  kFleetWideFault,  // faults of one class (storage, network, nodes lost,
+                    // hangs) in several jobs at once: a shared cause
+                    // (raised by rules/; dev names the class).
 };
 
 // The stable snake_case name of `kind`, e.g. "loss_nan".

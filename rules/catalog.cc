@@ -99,6 +99,10 @@ RuleSet DefaultRuleSet() {
       // P2 incident whose job has much unsaved work.
       Make("gpu_hours_at_risk", {K::kGpuHoursAtRisk}, P1, {R::kNotifySre},
            C::kPerformance, "{detail}"),
+      // Faults of one class in several jobs at once (rules/engine.h): what
+      // they share is the likelier cause; a person looks, nothing acts.
+      Make("fleet_wide_fault", {K::kFleetWideFault}, P1, {R::kNotifySre},
+           C::kGeneral, "Fleet-wide: {detail}"),
       // The GPU needs a reset before the next job: cordon (non-disruptive).
       Make("row_remap_pending", {K::kRowRemapPending}, P1,
            {R::kNotifySre, R::kCordonNode}, C::kGpuHardware,

@@ -123,6 +123,7 @@ struct Tracked {
   int hangs_active = 0;
   bool risk_raised = false;
   std::string lemon_node;  // set for a lemon_node incident
+  std::string fleet_cause;  // set for a fleet_wide_fault incident
 };
 
 std::string Where(const Tracked& t) {
@@ -133,6 +134,47 @@ std::string Where(const Tracked& t) {
     return absl::StrCat(t.inc.node, " ", t.primary.dev);
   }
   return t.inc.node;
+}
+
+// The fleet-wide class of `t`'s fault, or nullptr: a job's P0-P2 incident
+// whose cause the job may share with others.
+const char* FleetCauseOf(const Tracked& t) {
+  if (t.inc.job.empty() || !t.lemon_node.empty() || !t.fleet_cause.empty() ||
+      t.inc.severity > Severity::kP2) {
+    return nullptr;
+  }
+  if (t.primary.kind == AnomalyKind::kJobHang) return "hang";
+  switch (t.category) {
+    case C::kDataPipeline: return "storage";
+    case C::kCommunication: return "network";
+    case C::kNode: return "nodes";
+    default: return nullptr;
+  }
+}
+
+// What to look at when faults of `cause` hit several jobs at once.
+std::string FleetHint(std::string_view cause) {
+  if (cause == "storage") {
+    return "Several jobs starve for data at once: look at what they read "
+           "from and write to (the shared file system's servers and "
+           "metadata service, object store, checkpoint target), not at each "
+           "job's dataloader.";
+  }
+  if (cause == "network") {
+    return "Several jobs lose packets or links at once: look at the fabric "
+           "they share (a leaf or spine switch, its port counters, the "
+           "subnet manager's log: ibdiagnet, perfquery), not at each node's "
+           "NIC.";
+  }
+  if (cause == "nodes") {
+    return "Nodes of several jobs stopped reporting at once: look at what "
+           "they share (rack power, a top-of-rack switch, a network "
+           "partition toward Vigil), and at Vigil's own reachability, "
+           "before the nodes themselves.";
+  }
+  return "Several jobs hung at once: look at what they share (a file system "
+         "that stopped answering, the fabric, the scheduler or a library "
+         "rolled out to all of them) before dumping each job's stacks.";
 }
 
 }  // namespace
@@ -153,6 +195,10 @@ struct IncidentEngine::Impl {
   bool record_implications = false;
   // Lemons whose window expired; GPU-hours at risk.
   void CheckLemons(std::vector<IncidentUpdate>* out);
+  // Records `t` as a fault of its fleet-wide class, if it has one.
+  void NoteFleetFault(const Tracked& t);
+  // Opens, grows or clears the fleet-wide fault of each class.
+  void CheckFleet(std::vector<IncidentUpdate>* out);
   void CheckRisk(std::vector<IncidentUpdate>* out);
   void Clear(const Anomaly& a);
   void Resolve(std::vector<IncidentUpdate>* out);
@@ -196,6 +242,12 @@ struct IncidentEngine::Impl {
   std::map<std::string, std::deque<Observation>> history;
   // Per node: incidents that implicated it, oldest first (lemons).
   std::map<std::string, std::deque<Implication>> implicated;
+  // Per fleet-wide class: faults of jobs, oldest first; the jobs each
+  // class's incident named last.
+  std::map<std::string, std::deque<Implication>> fleet_faults;
+  std::map<std::string, size_t> fleet_jobs_named;
+  bool raises_fleet = true;
+  bool fleet_dirty = false;
   const JobContextSource* context = nullptr;
   double next_risk_check = -std::numeric_limits<double>::infinity();
   int64_t next_id = 1;
@@ -406,7 +458,8 @@ void IncidentEngine::Impl::Reraise(Tracked& t, const std::string& key,
   }
   // An XID storm (and a lemon's history) grows in place: count and rate.
   const bool update = a.kind == AnomalyKind::kXid ||
-                      a.kind == AnomalyKind::kRepeatOffender;
+                      a.kind == AnomalyKind::kRepeatOffender ||
+                      a.kind == AnomalyKind::kFleetWideFault;
   if (update) {
     kept.value = a.value;
     kept.score = a.score;
@@ -440,7 +493,8 @@ void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
   for (const auto& t : incidents) {
     if (t->inc.state == IncidentState::kResolved && t->inc.job == a.job &&
         t->inc.kind == rule->name && t->inc.node == node &&
-        t->inc.gpu.value_or(-1) == gpu) {
+        t->inc.gpu.value_or(-1) == gpu &&
+        (a.kind != AnomalyKind::kFleetWideFault || t->fleet_cause == a.dev)) {
       reopen = t.get();  // The most recent one wins.
     }
   }
@@ -463,6 +517,7 @@ void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
   t->primary_key = key;
   t->risk_raised = false;
   if (a.kind == AnomalyKind::kRepeatOffender) t->lemon_node = a.node;
+  if (a.kind == AnomalyKind::kFleetWideFault) t->fleet_cause = a.dev;
   t->inc.kind = rule->name;
   t->inc.severity = rule->severity;
   t->inc.severity_history.push_back({rule->severity, a.ts, rule->name});
@@ -474,6 +529,7 @@ void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
   Refresh(*t);
   Emit(reopen ? UpdateType::kReopened : UpdateType::kOpened, a.ts, *t, out);
   Implicate(*t, out);
+  NoteFleetFault(*t);
 }
 
 void IncidentEngine::Impl::Refresh(Tracked& t) {
@@ -566,6 +622,7 @@ void IncidentEngine::Impl::Refresh(Tracked& t) {
     obs.push_back({t.inc.evidence[c.evidence].anomaly, c.rule->category});
   }
   Hint hint = BuildHint(t.category, obs);
+  if (!t.fleet_cause.empty()) hint.text = FleetHint(t.fleet_cause);
   t.inc.hint_category = hint.category;
   t.inc.hint = std::move(hint.text);
 }
@@ -682,7 +739,7 @@ void IncidentEngine::Impl::Implicate(const Tracked& t,
   std::deque<Implication>& h = implicated[t.inc.node];
   h.push_back({t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
   if (record_implications)
-    recorded.push_back({t.inc.node, t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
+    recorded.push_back({t.inc.node, "", t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
   while (!h.empty() && h.front().ts < now - s.lemon_window_s) h.pop_front();
   std::set<std::string> jobs;
   std::set<int> gpus;
@@ -726,6 +783,73 @@ void IncidentEngine::Impl::Implicate(const Tracked& t,
   OpenOrReopen(key, a, rule, out);
 }
 
+void IncidentEngine::Impl::NoteFleetFault(const Tracked& t) {
+  const char* cause = FleetCauseOf(t);
+  if (cause == nullptr || rules.settings.fleet_jobs <= 0) return;
+  // When it (re)opened: a fault that came back counts now.
+  const double ts = t.inc.last_update_ts;
+  std::deque<Implication>& h = fleet_faults[cause];
+  // Kept in time order (the window drops the front).
+  auto at = h.end();
+  while (at != h.begin() && std::prev(at)->ts > ts) --at;
+  h.insert(at, Implication{ts, t.inc.job, t.inc.id, t.inc.kind, std::nullopt});
+  if (record_implications)
+    recorded.push_back({"", cause, ts, t.inc.job, t.inc.id, t.inc.kind, std::nullopt});
+  fleet_dirty = true;
+}
+
+void IncidentEngine::Impl::CheckFleet(std::vector<IncidentUpdate>* out) {
+  fleet_dirty = false;
+  const RuleSettings& s = rules.settings;
+  for (auto& [cause, h] : fleet_faults) {
+    while (!h.empty() && h.front().ts < now - s.fleet_window_s) h.pop_front();
+    std::set<std::string> jobs;
+    for (const Implication& i : h) jobs.insert(i.job);
+    Anomaly a;
+    a.kind = AnomalyKind::kFleetWideFault;
+    a.dev = cause;
+    const std::string key = ConditionKey(a);
+    const auto it = by_condition.find(key);
+    const bool firing = it != by_condition.end() &&
+                        it->second->inc.state == IncidentState::kFiring;
+    size_t& named = fleet_jobs_named[cause];
+    if (s.fleet_jobs <= 0 || static_cast<int>(jobs.size()) < s.fleet_jobs) {
+      named = 0;
+      if (!firing) continue;
+      a.cleared = true;
+      a.ts = now;
+      Clear(a);
+      continue;
+    }
+    // Raised (or grown) only when it names more jobs than it did.
+    if (!raises_fleet || (firing && jobs.size() <= named)) continue;
+    named = jobs.size();
+    a.ts = std::max(now, h.back().ts);
+    a.value = static_cast<double>(h.size());
+    a.score = static_cast<double>(jobs.size());
+    a.detail = absl::StrFormat("%s faults in %d jobs within %.0f min: ", cause,
+                               jobs.size(), s.fleet_window_s / 60);
+    // Named by kind and job: the ids the shards publish differ from the
+    // engines'.
+    for (size_t i = 0; i < h.size(); ++i) {
+      const Implication& im = h[i];
+      absl::StrAppend(&a.detail, i > 0 ? "; " : "", im.kind, " (job ", im.job, ")");
+    }
+    const Rule* rule = rules.Find(a);
+    if (rule == nullptr) continue;
+    if (firing) {
+      Reraise(*it->second, key, a, rule, out);
+    } else {
+      OpenOrReopen(key, a, rule, out);
+    }
+  }
+}
+
+void IncidentEngine::set_raises_fleet_incidents(bool raises) {
+  if (raises && !impl_->raises_fleet) impl_->fleet_dirty = true;
+  impl_->raises_fleet = raises;
+}
+
 void IncidentEngine::set_record_implications(bool record) {
   impl_->record_implications = record;
   if (!record) impl_->recorded.clear();
@@ -737,7 +861,9 @@ void IncidentEngine::TakeImplications(std::vector<NodeImplication>* out) {
 }
 
 void IncidentEngine::AddImplication(const NodeImplication& i) {
-  std::deque<Implication>& h = impl_->implicated[i.node];
+  if (!i.cause.empty()) impl_->fleet_dirty = true;
+  std::deque<Implication>& h = i.cause.empty() ? impl_->implicated[i.node]
+                                               : impl_->fleet_faults[i.cause];
   // In time order, as Implicate keeps them (the window drops the front).
   auto at = h.end();
   while (at != h.begin() && std::prev(at)->ts > i.ts) --at;
@@ -885,6 +1011,7 @@ std::vector<IncidentUpdate> IncidentEngine::Process(
       impl_->Raise(a, &out);
     }
   }
+  if (impl_->fleet_dirty) impl_->CheckFleet(&out);
   return out;
 }
 
@@ -897,7 +1024,9 @@ std::vector<IncidentUpdate> IncidentEngine::Advance(double ts) {
     m.next_risk_check = m.now + 60;
     m.CheckRisk(&out);
     m.CheckLemons(&out);
+    m.fleet_dirty = true;  // the fleet window moved
   }
+  if (m.fleet_dirty) m.CheckFleet(&out);
   m.Resolve(&out);
   return out;
 }

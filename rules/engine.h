@@ -54,6 +54,13 @@
 // communication, node; P0-P2; localised to it) of lemon_jobs different
 // jobs within lemon_window_s opens one lemon_node incident (job "") whose
 // evidence lists them; it resolves when the window no longer holds them.
+// Fleet-wide faults: incidents (P0-P2) of one class - "storage" (data
+// pipeline), "network" (communication), "nodes" (nodes lost) or "hang"
+// (job hangs) - in fleet_jobs different jobs within fleet_window_s open one
+// fleet_wide_fault incident (job "", the class as its device) naming them;
+// it resolves when the window no longer holds them. Only an engine that
+// raises fleet incidents (set_raises_fleet_incidents) opens it; every
+// engine counts.
 // GPU-hours at risk: a firing P2 incident whose job (JobContextSource) has
 // GPUs x hours since its last checkpoint >= risk_gpu_hours rises to the
 // gpu_hours_at_risk rule's severity, with that figure as evidence.
@@ -114,10 +121,12 @@ class IncidentEngine {
   // Where GPU-hours at risk come from (not owned; null: never raised).
   void set_context_source(const JobContextSource* source);
 
-  // One incident that implicated a node (repeat offenders): what engines
-  // that watch other jobs of the fleet must learn (AddImplication).
+  // One incident that implicated a node (repeat offenders), or that may
+  // share its cause with other jobs' (fleet-wide faults): what engines that
+  // watch other jobs of the fleet must learn (AddImplication).
   struct NodeImplication {
-    std::string node;
+    std::string node;   // the node implicated; "" when `cause` is set
+    std::string cause;  // a fleet-wide fault's class ("storage", ...)
     double ts = 0;
     std::string job;
     std::string id;
@@ -131,10 +140,19 @@ class IncidentEngine {
   // `out` (appended).
   void TakeImplications(std::vector<NodeImplication>* out);
   // Records an implication another engine made (its jobs are not this
-  // engine's): it counts toward this engine's repeat offenders as its own
-  // do, but raises nothing by itself. One already known (same node, time,
-  // job and GPU) changes nothing. Never fails.
+  // engine's): it counts toward this engine's repeat offenders (or
+  // fleet-wide faults) as its own do. A repeat offender is raised only by
+  // an implication of this engine's own; a fleet-wide fault at the next
+  // Process or Advance, if this engine raises fleet incidents. One already
+  // known (same node or cause, time, job and GPU) changes nothing. Never
+  // fails.
   void AddImplication(const NodeImplication& implication);
+
+  // Whether this engine opens fleet-wide fault incidents (default true).
+  // Engines that share implications count the same faults; one of them
+  // raises (in cluster mode, the fleet leader's shard: docs/SCALING.md).
+  // Turning it off leaves open ones to resolve on their own.
+  void set_raises_fleet_incidents(bool raises);
 
   // The repeat-offender history (which incidents implicated which node,
   // within lemon_window_s) as JSON text, and back: it spans days, so it

@@ -85,6 +85,11 @@ void DetectionPipeline::AdvanceTime(double ts,
   Drain(ts, out);
 }
 
+void DetectionPipeline::AdvanceIncidents(double ts,
+                                         std::vector<IncidentUpdate>* out) {
+  for (auto& u : engine_.Advance(ts)) out->push_back(std::move(u));
+}
+
 void DetectionPipeline::Drain(double ts, std::vector<IncidentUpdate>* out) {
   if (!anomalies_.empty()) {
     std::vector<IncidentUpdate> updates = engine_.Process(anomalies_);

@@ -63,6 +63,11 @@ class DetectionPipeline : private JobContextSource {
   void AddImplication(const IncidentEngine::NodeImplication& implication) {
     engine_.AddImplication(implication);
   }
+  // Whether this pipeline opens fleet-wide fault incidents
+  // (IncidentEngine::set_raises_fleet_incidents).
+  void set_raises_fleet_incidents(bool raises) {
+    engine_.set_raises_fleet_incidents(raises);
+  }
 
   // The node of `frame` now reports a job another pipeline watches, or,
   // `handed_over`, its job moved to another server (Detector::
@@ -73,6 +78,10 @@ class DetectionPipeline : private JobContextSource {
   // Moves time to `ts` without a frame (the live server's clock tick) and
   // appends silences, hangs and auto-resolutions that fell due to `out`.
   void AdvanceTime(double ts, std::vector<IncidentUpdate>* out);
+  // Moves only the incident engine's time to `ts`: resolutions and what
+  // other pipelines' implications raise (fleet-wide faults), no liveness
+  // (for a pipeline that has seen no frame yet).
+  void AdvanceIncidents(double ts, std::vector<IncidentUpdate>* out);
 
   // The scheduler's word on `job` at data time `ts` (Detector::
   // SetJobState); appends what follows to `out`.

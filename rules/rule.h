@@ -114,6 +114,13 @@ struct RuleSettings {
   // its history, with a suggested drain.
   double lemon_window_s = 7 * 86400;
   int lemon_jobs = 3;
+  // Fleet-wide faults: incidents (P0-P2) of one class - storage and data
+  // pipeline, network, nodes lost, hangs - in at least fleet_jobs
+  // different jobs within fleet_window_s point at what the jobs share (a
+  // file system, a fabric switch, rack power, the scheduler): one
+  // fleet_wide_fault incident naming them. 0 jobs disables.
+  double fleet_window_s = 600;
+  int fleet_jobs = 3;
   // GPU-hours at risk: a P2 incident whose job has GPUs x hours since its
   // last checkpoint (or its start) >= this rises to rule
   // gpu_hours_at_risk's severity (P1): a fault on a 1,024-GPU job that

@@ -83,7 +83,8 @@ class Loader {
     CheckKeys(s, "settings",
               {"resolve_after_s", "reopen_window_s", "group_window_s",
                "hint_window_s", "max_evidence", "node_group_window_s",
-               "lemon_window_s", "lemon_jobs", "risk_gpu_hours"});
+               "lemon_window_s", "lemon_jobs", "risk_gpu_hours",
+               "fleet_window_s", "fleet_jobs"});
     RuleSettings& out = set_->settings;
     for (auto [key, field] : {std::pair<const char*, double*>{
                                   "resolve_after_s", &out.resolve_after_s},
@@ -93,6 +94,7 @@ class Loader {
                               {"node_group_window_s",
                                &out.node_group_window_s},
                               {"lemon_window_s", &out.lemon_window_s},
+                              {"fleet_window_s", &out.fleet_window_s},
                               {"risk_gpu_hours", &out.risk_gpu_hours}}) {
       auto it = s.find(key);
       if (it == s.end()) continue;
@@ -119,6 +121,15 @@ class Loader {
         Error("settings.lemon_jobs", "must be an integer in [2, 1000]");
       } else {
         out.lemon_jobs = it->get<int>();
+      }
+    }
+    if (auto it = s.find("fleet_jobs"); it != s.end()) {
+      if (!it->is_number_integer() ||
+          (it->get<int64_t>() != 0 &&
+           (it->get<int64_t>() < 2 || it->get<int64_t>() > 1000))) {
+        Error("settings.fleet_jobs", "must be 0 (off) or an integer in [2, 1000]");
+      } else {
+        out.fleet_jobs = it->get<int>();
       }
     }
   }

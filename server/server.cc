@@ -222,6 +222,7 @@ absl::Status VigilServer::Start() {
   detection_options.shards = options_.detection_workers;
   if (options_.cluster.has_value()) {
     detection_options.id_shard = options_.cluster->shard;
+    detection_options.raises_fleet_incidents = false;  // until it leads the fleet
     // Repeat offenders span shards: what implicated a node here counts on
     // every other server (docs/SCALING.md "What spans jobs"). Both members
     // of a pair write the same key.
@@ -231,7 +232,10 @@ absl::Status VigilServer::Start() {
             const IncidentEngine::NodeImplication& i) {
           nlohmann::json value = ImplicationToJson(i);
           value["shard"] = shard;
-          m->PutSoon(absl::StrCat("implications/", i.node, "/", i.job, ":",
+          // A fleet-wide fault is filed under "@" and its class.
+          m->PutSoon(absl::StrCat("implications/",
+                                  i.cause.empty() ? i.node : absl::StrCat("@", i.cause),
+                                  "/", i.job, ":",
                                   i.gpu ? absl::StrCat("g", *i.gpu) : "-", ":",
                                   static_cast<int64_t>(std::llround(i.ts * 1000))),
                      value.dump(), ttl);
@@ -438,10 +442,14 @@ absl::Status VigilServer::Start() {
   ownership_ = std::move(ownership);
   cluster_ = std::move(member);
   if (cluster_ != nullptr) {
-    cluster_->AddListener([own = ownership_.get(), esc = escalation_.get()](
+    cluster_->AddListener([own = ownership_.get(), esc = escalation_.get(),
+                           det = detection_.get(), shard = options_.cluster->shard](
                               const cluster::ClusterView& view) {
       own->SetMap(view.map);
       esc->OnLeadershipChange(view.shard_leader);
+      // What spans jobs is raised by the fleet leader's pair alone, so two
+      // shards never open the same fleet-wide fault.
+      det->SetRaisesFleetIncidents(view.fleet_leader_shard == shard);
     });
     ConnectToMember(cluster_.get(), escalation_.get());
     cluster_->WatchPrefix(

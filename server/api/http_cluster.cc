@@ -66,6 +66,7 @@ void HttpApi::InstallClusterHandlers() {
                  {"shard_leader", o.cluster->IsShardLeader()},
                  {"fleet_leader", o.cluster->IsFleetLeader()},
                  {"shard_leader_replica", view.shard_leader_replica},
+                 {"fleet_leader_shard", view.fleet_leader_shard},
                  {"last_error", view.last_error},
                  {"members", std::move(members)},
                  {"shards", std::move(shards)}};

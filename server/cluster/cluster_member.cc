@@ -26,7 +26,8 @@ constexpr size_t kMaxPendingPuts = 10000;
 bool ViewsDiffer(const ClusterView& a, const ClusterView& b) {
   return !(a.map == b.map) || a.registered != b.registered ||
          a.shard_leader != b.shard_leader || a.fleet_leader != b.fleet_leader ||
-         a.shard_leader_replica != b.shard_leader_replica;
+         a.shard_leader_replica != b.shard_leader_replica ||
+         a.fleet_leader_shard != b.fleet_leader_shard;
 }
 
 bool ValidName(const std::string& name) {
@@ -277,7 +278,19 @@ ClusterView ClusterMember::Round() {
           std::string(slash == std::string_view::npos ? value : value.substr(slash + 1));
     }
   }
-  view.fleet_leader = Leads(Key("leaders/_fleet"), id_, &view);
+  const std::string fleet_key = Key("leaders/_fleet");
+  view.fleet_leader = Leads(fleet_key, id_, &view);
+  if (view.fleet_leader) {
+    view.fleet_leader_shard = options_.shard;
+  } else if (absl::StatusOr<std::optional<KeyValue>> claim = etcd_->Get(fleet_key);
+             claim.ok()) {
+    // The claim holds "<shard>/<replica>".
+    view.fleet_leader_shard = "";
+    if (claim->has_value()) {
+      std::string_view value = (*claim)->value;
+      view.fleet_leader_shard = std::string(value.substr(0, value.rfind('/')));
+    }
+  }
   FlushPendingPuts(&view);
   for (Watch& watch : watches_) {
     absl::StatusOr<std::vector<KeyValue>> entries = etcd_->GetPrefix(watch.prefix);

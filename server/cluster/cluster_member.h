@@ -65,6 +65,7 @@ struct ClusterView {
   bool shard_leader = false;   // we page and act for our shard
   bool fleet_leader = false;   // we run what spans jobs
   std::string shard_leader_replica;  // who leads our shard ("" = nobody)
+  std::string fleet_leader_shard;    // the fleet leader's shard ("" = nobody)
   std::string last_error;      // the last etcd failure, "" after a success
 };
 

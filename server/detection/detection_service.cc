@@ -106,7 +106,16 @@ DetectionService::DetectionService(DetectionOptions options)
     // (and, in cluster mode, the other servers').
     if (n > 1 || options_.share_implication)
       shards_.back()->pipeline.set_record_implications(true);
+    // Every shard counts fleet-wide faults; the first raises them.
+    shards_.back()->pipeline.set_raises_fleet_incidents(
+        k == 0 && options_.raises_fleet_incidents);
   }
+}
+
+void DetectionService::SetRaisesFleetIncidents(bool raises) {
+  Shard& first = *shards_[0];
+  std::lock_guard<std::mutex> l(first.mu);
+  first.pipeline.set_raises_fleet_incidents(raises);
 }
 
 void DetectionService::ShareImplications(int from) {
@@ -118,6 +127,14 @@ void DetectionService::ShareImplications(int from) {
     shard.pipeline.TakeImplications(&found);
   }
   if (found.empty()) return;
+  {
+    // Others know the incident by the id this server published it under.
+    std::lock_guard<std::mutex> p(publish_mu_);
+    for (auto& i : found) {
+      auto it = server_ids_.find(absl::StrCat(from, "/", i.id));
+      if (it != server_ids_.end()) i.id = it->second;
+    }
+  }
   if (options_.share_implication) {
     for (const auto& i : found) options_.share_implication(i);
   }
@@ -143,6 +160,7 @@ void DetectionService::AddImplications(
 
 Json ImplicationToJson(const IncidentEngine::NodeImplication& i) {
   Json out = {{"node", i.node}, {"ts", i.ts}, {"job", i.job}, {"id", i.id}, {"kind", i.kind}};
+  if (!i.cause.empty()) out["cause"] = i.cause;
   if (i.gpu) out["gpu"] = *i.gpu;
   return out;
 }
@@ -163,7 +181,14 @@ absl::StatusOr<IncidentEngine::NodeImplication> ImplicationFromJson(const Json& 
   if (ts == in.end() || !ts->is_number() || !std::isfinite(ts->get<double>()))
     return absl::InvalidArgumentError("implication: \"ts\" must be a number");
   i.ts = ts->get<double>();
-  if (i.node.empty()) return absl::InvalidArgumentError("implication: \"node\" is empty");
+  if (auto cause = in.find("cause"); cause != in.end()) {
+    if (!cause->is_string())
+      return absl::InvalidArgumentError("implication: \"cause\" must be a string");
+    i.cause = cause->get<std::string>();
+  }
+  if (i.node.empty() == i.cause.empty())
+    return absl::InvalidArgumentError(
+        "implication: exactly one of \"node\" and \"cause\" must be set");
   if (auto gpu = in.find("gpu"); gpu != in.end()) {
     if (!gpu->is_number_integer())
       return absl::InvalidArgumentError("implication: \"gpu\" must be an integer");
@@ -430,9 +455,16 @@ void DetectionService::AdvanceTime(double now) {
     bool published = false;
     {
       std::lock_guard<std::mutex> l(shard.mu);
-      if (!shard.seen_frame) continue;
-      seen = true;
-      shard.pipeline.AdvanceTime(now, &shard.updates);
+      if (shard.seen_frame) {
+        seen = true;
+        shard.pipeline.AdvanceTime(now, &shard.updates);
+      } else if (k == 0) {
+        // Liveness is judged after a first frame, but the first shard
+        // raises the fleet-wide faults other shards report all the same.
+        shard.pipeline.AdvanceIncidents(now, &shard.updates);
+      } else {
+        continue;
+      }
       published = !shard.updates.empty();
       if (published) Publish(k, shard.updates);
       awaiting = awaiting || (options_.job_state &&

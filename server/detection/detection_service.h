@@ -137,10 +137,16 @@ struct DetectionOptions {
   // other jobs (their AddImplications). Called on detection threads; must
   // not block. Null: kept in this process.
   std::function<void(const IncidentEngine::NodeImplication&)> share_implication;
+  // Whether this server opens fleet-wide fault incidents at the start
+  // (rules/engine.h: one detection shard raises what all count). Cluster
+  // mode: false, then SetRaisesFleetIncidents follows the fleet leader.
+  bool raises_fleet_incidents = true;
 };
 
-// An implication as JSON {"node", "ts", "job", "id", "kind", "gpu"?}, and
-// back (kInvalidArgument naming what is missing or mistyped).
+// An implication as JSON {"node", "cause"?, "ts", "job", "id", "kind",
+// "gpu"?} (node "" when cause is set), and back (kInvalidArgument naming
+// what is missing or mistyped, or when not exactly one of node and cause
+// is set).
 nlohmann::json ImplicationToJson(const IncidentEngine::NodeImplication& implication);
 absl::StatusOr<IncidentEngine::NodeImplication> ImplicationFromJson(const nlohmann::json& json);
 
@@ -294,6 +300,12 @@ class DetectionService : public FrameObserver {
   // repeat offenders, as it does the other workers' here. One already
   // known changes nothing.
   void AddImplications(const std::vector<IncidentEngine::NodeImplication>& implications);
+
+  // Whether this server opens fleet-wide fault incidents (on its first
+  // detection shard; every shard counts them). In cluster mode, true on
+  // both members of the fleet leader's shard pair: whichever leads the
+  // pair pages (docs/SCALING.md "What spans jobs").
+  void SetRaisesFleetIncidents(bool raises);
 
   // Hands the incident of `kind` that was firing when the previous
   // process stopped to the component that raises that kind outside

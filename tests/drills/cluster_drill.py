@@ -10,7 +10,9 @@ vigil-server on loopback, simulated agents of 6 jobs. See docs/SCALING.md.
    peer secret).
 3. Stop a whole pair: its jobs move to the other shard and are watched again.
 4. A new shard joins: the jobs it wins move to it, the others stay.
-Throughout: no incident other than the injected faults (a node moving
+5. Packet loss in three jobs of both live shards at once: one fleet-wide
+   incident, on the fleet leader's pair only.
+Throughout (until 5): no incident other than the injected faults (a node moving
 between shards must not look dead to the shard it left).
 """
 import hashlib
@@ -370,7 +372,42 @@ def drill_cluster(env, res, short, seed):
             if inc.get("kind") not in allowed:
                 stray.append(f"{s.name}: {inc.get('kind')} {inc.get('job')} {inc.get('node')}")
     res.check("no incident besides the injected faults", not stray, "; ".join(stray[:6]))
+
+    # 5. Packet loss in three jobs at once, on both live shards: one
+    # fleet-wide incident, opened by the fleet leader's pair only.
+    by_owner = {}
+    for i in range(60):
+        job = f"kilo{i}-r1"
+        by_owner.setdefault(owner_of(standby, job), []).append(job)
+    live_shards = sorted(by_owner)
+    picked = by_owner[live_shards[0]][:2] + by_owner[live_shards[-1]][:1]
+    seeds_live = ",".join(s.grpc for s in live())
+    t_loss = time.time()
+    loss_agents = [lib.Agent(env, seeds_live, f"n{20 + i}", job, scenario="packet_loss_hang",
+                             fault_node=f"n{20 + i}", fault_at=10, seed=seed + 20 + i)
+                   for i, job in enumerate(picked)]
+
+    def fleet_incidents():
+        return [(s, inc) for s in live() for inc in s.local_incidents()
+                if inc.get("kind") == "fleet_wide_fault"]
+    wait_until(lambda: fleet_incidents(), 90, 1)
+    time.sleep(3)  # a second one would show by now
+    found = fleet_incidents()
+    fleet_shard = standby.cluster().get("fleet_leader_shard", "")
+    holders = sorted({s.shard for s, _ in found})
+    summary = found[0][1].get("summary", "") if found else ""
+    res.check("packet loss in 3 jobs on 2 shards is one fleet-wide incident, "
+              "opened by the fleet leader's pair",
+              bool(found) and holders == [fleet_shard] and all(j in summary for j in picked),
+              f"jobs {picked} on {[owner_of(standby, j) for j in picked]}; fleet leader's "
+              f"shard {fleet_shard!r}; fleet_wide_fault on "
+              f"{[(s.name, i.get('id')) for s, i in found]}: {summary[:240]}")
+    if found:
+        res.fact("fleet-wide fault opened after the jobs started (s)",
+                 f"{min(i.get('ts', 0) for _, i in found) - t_loss:.0f}")
+    for a in loss_agents:
+        a.stop()
     res.times = ("1 SIGKILL (and restart), 1 ack through the standby, 1 ack through the other "
-                 "shard, 1 pair stopped, 1 shard joined")
+                 "shard, 1 pair stopped, 1 shard joined, packet loss in 3 jobs at once")
     for a in agents:
         a.stop()

@@ -206,7 +206,7 @@ TEST(LifecycleTest, XidStormIsOneConditionPerCode) {
 // is another.
 TEST(LifecycleTest, AnImplicationToldAgainIsKeptOnce) {
   IncidentEngine e;
-  IncidentEngine::NodeImplication i{"n17", 1000, "job1", "inc-s1-000004", "xid_fatal", 2};
+  IncidentEngine::NodeImplication i{"n17", "", 1000, "job1", "inc-s1-000004", "xid_fatal", 2};
   for (int k = 0; k < 3; ++k) e.AddImplication(i);
   IncidentEngine::NodeImplication other_gpu = i;
   other_gpu.gpu = 3;
@@ -262,6 +262,124 @@ TEST(LifecycleTest, RepeatOffenderAcrossJobs) {
     if (inc.kind == "lemon_node") resolved = inc.state == IncidentState::kResolved;
   }
   EXPECT_TRUE(resolved);
+}
+
+// The incidents of kind `kind` among `e`'s.
+std::vector<Incident> OfKind(const IncidentEngine& e, const std::string& kind) {
+  std::vector<Incident> out;
+  for (const Incident& inc : e.Incidents()) {
+    if (inc.kind == kind) out.push_back(inc);
+  }
+  return out;
+}
+
+// Packet loss in three jobs within ten minutes is one fleet-wide P1 (job
+// "", no node) naming them and pointing at the fabric; a fourth job grows
+// it in place; it resolves once the window has moved past them. No
+// automatic action: a person looks.
+TEST(LifecycleTest, FaultsOfOneClassInThreeJobsAreOneFleetWideFault) {
+  IncidentEngine e;
+  std::vector<IncidentUpdate> all;
+  for (int i = 0; i < 3; ++i) {
+    Anomaly drops = Make(K::kNetDrops, 1000 + i * 120.0, "job" + std::to_string(i),
+                         "n" + std::to_string(i));
+    drops.dev = "mlx5_0";
+    std::vector<IncidentUpdate> u = Feed(e, {drops});
+    all.insert(all.end(), u.begin(), u.end());
+  }
+  ASSERT_EQ(all.size(), 4u);  // three jobs' incidents, then the fleet's
+  const Incident& fleet = all.back().incident;
+  EXPECT_EQ(all.back().type, UpdateType::kOpened);
+  EXPECT_EQ(fleet.kind, "fleet_wide_fault");
+  EXPECT_EQ(fleet.severity, Severity::kP1);
+  EXPECT_EQ(fleet.job, "");
+  EXPECT_EQ(fleet.node, "");
+  EXPECT_EQ(fleet.responses, std::vector<Response>{Response::kNotifySre});
+  EXPECT_NE(fleet.summary.find("network faults in 3 jobs within 10 min"), std::string::npos)
+      << fleet.summary;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(fleet.summary.find("(job job" + std::to_string(i) + ")"), std::string::npos)
+        << fleet.summary;
+  }
+  EXPECT_NE(fleet.hint.find("fabric"), std::string::npos) << fleet.hint;
+
+  Anomaly fourth = Make(K::kNetDrops, 1500, "job3", "n3");
+  std::vector<IncidentUpdate> u = Feed(e, {fourth});
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_EQ(u[1].type, UpdateType::kEvidenceAdded);
+  EXPECT_EQ(u[1].incident.id, fleet.id);
+  EXPECT_NE(u[1].incident.summary.find("in 4 jobs"), std::string::npos);
+  EXPECT_EQ(OfKind(e, "fleet_wide_fault").size(), 1u);
+
+  // Ten minutes after the last fault the window holds none: it resolves.
+  e.Advance(1500 + 600 + 61);
+  e.Advance(1500 + 600 + 61 + 400);
+  ASSERT_EQ(OfKind(e, "fleet_wide_fault").size(), 1u);
+  EXPECT_EQ(OfKind(e, "fleet_wide_fault")[0].state, IncidentState::kResolved);
+}
+
+// Two jobs, three jobs spread over more than the window, or faults of
+// different classes make no fleet-wide fault; fleet_jobs 0 turns it off.
+TEST(LifecycleTest, FewJobsSpreadFaultsOrMixedClassesAreNotFleetWide) {
+  IncidentEngine two;
+  for (int i = 0; i < 3; ++i)
+    Feed(two, {Make(K::kNetDrops, 1000 + i, "job" + std::to_string(i % 2), "n" + std::to_string(i))});
+  EXPECT_TRUE(OfKind(two, "fleet_wide_fault").empty());
+
+  IncidentEngine spread;
+  for (int i = 0; i < 3; ++i) {
+    const double ts = 1000 + i * 400.0;  // 800 s from first to last
+    Feed(spread, {Make(K::kNetDrops, ts, "job" + std::to_string(i), "n" + std::to_string(i))});
+    spread.Advance(ts + 1);
+  }
+  EXPECT_TRUE(OfKind(spread, "fleet_wide_fault").empty());
+
+  IncidentEngine mixed;
+  Feed(mixed, {Make(K::kNetDrops, 1000, "job0", "n0")});
+  Feed(mixed, {Make(K::kJobHang, 1010, "job1")});
+  Feed(mixed, {Make(K::kNodeSilent, 1020, "job2", "n2")});
+  EXPECT_TRUE(OfKind(mixed, "fleet_wide_fault").empty());
+
+  RuleSet off = DefaultRuleSet();
+  off.settings.fleet_jobs = 0;
+  IncidentEngine disabled(off);
+  for (int i = 0; i < 3; ++i)
+    Feed(disabled, {Make(K::kNetDrops, 1000 + i, "job" + std::to_string(i), "n" + std::to_string(i))});
+  EXPECT_TRUE(OfKind(disabled, "fleet_wide_fault").empty());
+}
+
+// Engines that watch different jobs share what they saw; only the one
+// that raises fleet incidents opens it (at its next Advance when the
+// third job was another engine's), and one that starts raising while the
+// window holds enough jobs opens it then.
+TEST(LifecycleTest, FleetWideFaultsAreCountedEverywhereAndRaisedOnce) {
+  IncidentEngine raiser, counter;
+  counter.set_raises_fleet_incidents(false);
+  counter.set_record_implications(true);
+  raiser.set_record_implications(true);
+  for (int i = 0; i < 3; ++i) {
+    IncidentEngine& e = i == 1 ? raiser : counter;
+    Feed(e, {Make(K::kJobHang, 1000 + i * 10.0, "job" + std::to_string(i))});
+    std::vector<IncidentEngine::NodeImplication> shared;
+    e.TakeImplications(&shared);
+    ASSERT_EQ(shared.size(), 1u);
+    EXPECT_EQ(shared[0].cause, "hang");
+    EXPECT_EQ(shared[0].node, "");
+    (i == 1 ? counter : raiser).AddImplication(shared[0]);
+  }
+  EXPECT_TRUE(OfKind(counter, "fleet_wide_fault").empty());
+  EXPECT_TRUE(OfKind(raiser, "fleet_wide_fault").empty()) << "raised at its next look";
+  std::vector<IncidentUpdate> u = raiser.Advance(1030);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.kind, "fleet_wide_fault");
+  EXPECT_NE(u[0].incident.summary.find("hang faults in 3 jobs"), std::string::npos)
+      << u[0].incident.summary;
+  EXPECT_NE(u[0].incident.hint.find("share"), std::string::npos);
+  // The counter takes over (the fleet leader moved): it opens its own.
+  counter.set_raises_fleet_incidents(true);
+  u = counter.Advance(1031);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.kind, "fleet_wide_fault");
 }
 
 // GPU-hours at risk: the same P2 on a big job that has not saved for 3 h

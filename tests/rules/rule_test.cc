@@ -211,9 +211,11 @@ TEST(LoadRuleSetTest, OverridesAndNewRulesApply) {
     ],
     "settings": {"resolve_after_s": 60, "reopen_window_s": 600,
                  "group_window_s": 120, "hint_window_s": 900,
-                 "max_evidence": 10}
+                 "max_evidence": 10, "fleet_window_s": 300, "fleet_jobs": 5}
   })json");
   ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->settings.fleet_window_s, 300);
+  EXPECT_EQ(set->settings.fleet_jobs, 5);
   EXPECT_EQ(set->settings.resolve_after_s, 60);
   EXPECT_EQ(set->settings.reopen_window_s, 600);
   EXPECT_EQ(set->settings.group_window_s, 120);
@@ -257,7 +259,8 @@ TEST(LoadRuleSetTest, OverridesAndNewRulesApply) {
 TEST(LoadRuleSetTest, ReportsEveryErrorWithItsPath) {
   const auto set = LoadRuleSet(R"json({
     "rulez": [],
-    "settings": {"resolve_after_s": "300", "max_evidence": 0, "colour": 1},
+    "settings": {"resolve_after_s": "300", "max_evidence": 0, "colour": 1,
+                 "fleet_jobs": 1},
     "rules": [
       {"name": "gpu_thermal_throttle", "severity": "P5"},
       {"name": "custom", "match": {"kind": "thermal_trottle", "tier": 3},
@@ -281,6 +284,7 @@ TEST(LoadRuleSetTest, ReportsEveryErrorWithItsPath) {
       "settings.resolve_after_s: must be a number",
       "settings.max_evidence: must be an integer",
       "settings.colour: unknown key",
+      "settings.fleet_jobs: must be 0 (off) or an integer in [2, 1000]",
       "rules[0].severity: must be one of",
       "rules[1].match.kind: unknown anomaly kind \"thermal_trottle\"",
       "rules[1].match.tier: must be the integer 1 or 2",

@@ -134,6 +134,14 @@ TEST_F(EtcdTest, OneLeaderPerShardAndTheStandbyTakesOverWhenItLeaves) {
   EXPECT_EQ(a->view().map.shards(), (std::vector<std::string>{"s0", "s1"}));
   // Exactly one fleet leader.
   EXPECT_EQ(int{a->IsFleetLeader()} + int{b->IsFleetLeader()} + int{c->IsFleetLeader()}, 1);
+  // Every member knows the fleet leader's shard (its pair raises
+  // fleet-wide faults).
+  const std::string fleet_shard = c->IsFleetLeader() ? "s1" : "s0";
+  EXPECT_TRUE(WaitFor(3, [&] {
+    return a->view().fleet_leader_shard == fleet_shard &&
+           b->view().fleet_leader_shard == fleet_shard &&
+           c->view().fleet_leader_shard == fleet_shard;
+  }));
 
   std::unique_ptr<ClusterMember>& leader = a->IsShardLeader() ? a : b;
   std::unique_ptr<ClusterMember>& standby = a->IsShardLeader() ? b : a;

@@ -71,6 +71,35 @@ class DetectionShardsTest : public ::testing::Test {
     d.OnFrame(f);
   }
 
+  // One frame of `node` in `job` with NIC mlx5_0's drop counter at `drops`.
+  void NetFrame(DetectionService& d, const std::string& job,
+                const std::string& node, int64_t step, double drops) {
+    SeriesKey key{"net_drops_total", {{"dev", "mlx5_0"}, {"job", job}, {"node", node}}};
+    absl::StatusOr<SeriesId> id = store_->Resolve(key);
+    ASSERT_TRUE(id.ok()) << id.status();
+    const uint32_t ids[] = {*id};
+    const double values[] = {drops};
+    FrameView f;
+    f.node = node;
+    f.job = job;
+    f.step = step;
+    f.ts = clock_.Now();
+    f.ids = ids;
+    f.values = values;
+    d.OnFrame(f);
+  }
+
+  // Five clean seconds of `job` on `node`, then packets dropped.
+  void PacketLoss(DetectionService& d, const std::string& job,
+                  const std::string& node) {
+    for (int s = 0; s < 5; ++s) {
+      NetFrame(d, job, node, s, 0);
+      clock_.Advance(1);
+    }
+    NetFrame(d, job, node, 5, 40);
+    clock_.Advance(1);
+  }
+
   // Five healthy seconds: node n1 in job `a`, n2 in job `b`.
   void HealthyFrames(DetectionService& d, const std::string& a,
                      const std::string& b) {
@@ -159,6 +188,101 @@ TEST_F(DetectionShardsTest, RepeatOffendersAreFoundAcrossShards) {
   for (const Json& i : d->ListIncidents(all)) offenders += i["kind"] == "lemon_node";
   EXPECT_EQ(offenders, 1) << "incidents: " << Json(d->ListIncidents(all)).dump(1);
   d->Stop();
+}
+
+// The number of incidents of `kind` that `d` lists.
+int CountKind(DetectionService& d, const std::string& kind) {
+  int n = 0;
+  for (const Json& i : d.ListIncidents(IncidentFilter{})) n += i["kind"] == kind;
+  return n;
+}
+
+// Packet loss in three jobs within minutes, watched by different detection
+// shards of one server, is one fleet-wide fault: every shard counts, the
+// first raises (here at the next tick: the third job is another shard's).
+TEST_F(DetectionShardsTest, FleetWideFaultsAreRaisedOnceAcrossShards) {
+  auto d = Service(2);
+  const auto [a, b] = JobsOnTwoShards(*d);
+  std::string c;  // a third job, on b's shard
+  for (int i = 100; c.empty(); ++i) {
+    const std::string job = absl::StrCat("job", i);
+    if (d->ShardOf(job) == d->ShardOf(b) && job != b) c = job;
+  }
+  PacketLoss(*d, a, "n1");
+  PacketLoss(*d, b, "n2");
+  EXPECT_EQ(CountKind(*d, "fleet_wide_fault"), 0);
+  PacketLoss(*d, c, "n3");
+  d->AdvanceTime(clock_.Now());
+  EXPECT_EQ(CountKind(*d, "network_packet_loss"), 3);
+  EXPECT_EQ(CountKind(*d, "fleet_wide_fault"), 1)
+      << Json(d->ListIncidents(IncidentFilter{})).dump(1);
+  d->AdvanceTime(clock_.Now() + 1);
+  EXPECT_EQ(CountKind(*d, "fleet_wide_fault"), 1);
+  d->Stop();
+}
+
+// Cluster mode: each server counts the fleet-wide faults the others share
+// (the same JSON hop as repeat offenders); only the server told to raise
+// them (the fleet leader's pair) opens one, and another that is told later
+// (the fleet leader moved) opens it at its next tick.
+TEST_F(DetectionShardsTest, FleetWideFaultsAreCountedAcrossServersAndRaisedByOne) {
+  std::vector<Json> shared_by_a;
+  DetectionOptions oa;
+  oa.store = store_.get();
+  oa.clock = &clock_;
+  oa.snapshot_seconds = 0;
+  oa.raises_fleet_incidents = false;
+  oa.share_implication = [&](const IncidentEngine::NodeImplication& i) {
+    shared_by_a.push_back(ImplicationToJson(i));
+  };
+  DetectionService a(oa);
+  ASSERT_TRUE(a.Start().ok());
+  std::vector<Json> shared_by_b;
+  DetectionOptions ob = oa;
+  ob.share_implication = [&](const IncidentEngine::NodeImplication& i) {
+    shared_by_b.push_back(ImplicationToJson(i));
+  };
+  DetectionService b(ob);
+  ASSERT_TRUE(b.Start().ok());
+  b.SetRaisesFleetIncidents(true);
+
+  auto tell = [](std::vector<Json>& shared, DetectionService& to) {
+    std::vector<IncidentEngine::NodeImplication> told;
+    for (const Json& j : shared) {
+      absl::StatusOr<IncidentEngine::NodeImplication> i = ImplicationFromJson(j);
+      ASSERT_TRUE(i.ok()) << i.status() << " " << j.dump();
+      told.push_back(*i);
+    }
+    to.AddImplications(told);
+  };
+  PacketLoss(a, "alpha", "n1");
+  PacketLoss(a, "beta", "n2");
+  // Each packet loss implicates its node (repeat offenders) and is a
+  // fault of the network class.
+  std::vector<Json> network;
+  for (const Json& j : shared_by_a) {
+    if (j.value("cause", "") == "network") network.push_back(j);
+  }
+  ASSERT_EQ(network.size(), 2u) << Json(shared_by_a).dump();
+  EXPECT_EQ(network[0]["node"], "");
+  tell(shared_by_a, b);
+  PacketLoss(b, "gamma", "n3");  // the same store: the test's servers share it
+  EXPECT_EQ(CountKind(b, "fleet_wide_fault"), 1) << Json(b.ListIncidents(IncidentFilter{})).dump(1);
+  tell(shared_by_b, a);
+  a.AdvanceTime(clock_.Now());
+  EXPECT_EQ(CountKind(a, "fleet_wide_fault"), 0) << "a counts but does not raise";
+  a.SetRaisesFleetIncidents(true);
+  a.AdvanceTime(clock_.Now() + 1);
+  EXPECT_EQ(CountKind(a, "fleet_wide_fault"), 1);
+  // A document with both or neither of node and cause is refused.
+  Json both = network[0];
+  both["node"] = "n1";
+  EXPECT_FALSE(ImplicationFromJson(both).ok());
+  Json neither = network[0];
+  neither.erase("cause");
+  EXPECT_FALSE(ImplicationFromJson(neither).ok());
+  a.Stop();
+  b.Stop();
 }
 
 // Cluster mode: a node implicated in faults of jobs watched by different
