@@ -396,6 +396,16 @@ absl::Status VigilServer::Start() {
                           absl::StrCat("cluster.peer_secret_file: ", secret.status().message()));
     http_options.sessions.peer_secret = *std::move(secret);
   }
+  if (member != nullptr) {
+    // Browser sessions hold on every server: behind a load balancer the
+    // next request may reach another one (docs/SCALING.md "One view").
+    http_options.sessions.share = [m = member.get()](const std::string& key,
+                                                     const std::string& record,
+                                                     double keep_seconds) {
+      m->PutSoon(absl::StrCat("sessions/", key), record,
+                 static_cast<int>(std::ceil(keep_seconds)));
+    };
+  }
   http_options.trusted_proxies = std::move(trusted_proxies);
   http_options.cluster = member.get();
   http_options.ownership = ownership.get();
@@ -408,6 +418,15 @@ absl::Status VigilServer::Start() {
       return (more ? more() : std::string()) + w->MetricsText();
     };
   auto http = std::make_unique<HttpApi>(http_options);
+  if (member != nullptr) {
+    member->WatchPrefix("sessions/", [h = http.get()](
+                                         const std::vector<std::pair<std::string, std::string>>&
+                                             records) {
+      if (int bad = h->AdoptSharedSessions(records); bad > 0)
+        std::fprintf(stderr, "vigil-server: %d malformed shared session record(s) skipped\n",
+                     bad);
+    });
+  }
   auto [http_host, http_port] = SplitHostPort(options_.http_listen);
   absl::StatusOr<int> bound = http->Start(http_host, http_port);
   if (!bound.ok()) {

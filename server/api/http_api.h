@@ -123,6 +123,12 @@ class HttpApi {
   // Stops accepting, waits for the serving thread. Idempotent.
   void Stop();
 
+  // Cluster mode: the browser sessions every server shared
+  // (RequestAuthorizer::AdoptSharedSessions); returns the malformed count.
+  int AdoptSharedSessions(const std::vector<std::pair<std::string, std::string>>& records) {
+    return authorizer_.AdoptSharedSessions(records);
+  }
+
  private:
   void InstallHandlers();
   // The operator API (server/api/http_escalation.cc).

@@ -6,10 +6,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 #include "notify/signing.h"
 #include "openssl/rand.h"
 
@@ -46,6 +48,25 @@ std::string DelegationText(int64_t expiry, Role role, std::string_view name,
   return absl::StrCat("v1.", expiry, ".", std::string(RoleName(role)), ".",
                       absl::WebSafeBase64Escape(std::string(name)), ".",
                       absl::WebSafeBase64Escape(std::string(server)));
+}
+
+// A shared session record: {"name", "role", "csrf", "created"}, or
+// {"ended": true} once signed out.
+std::string SessionRecord(const Identity& who, std::string_view csrf, double created) {
+  return nlohmann::json{{"name", who.name},
+                        {"role", std::string(RoleName(who.role))},
+                        {"csrf", std::string(csrf)},
+                        {"created", created}}
+      .dump();
+}
+constexpr char kEndedRecord[] = R"({"ended":true})";
+
+bool IsHex(std::string_view s, size_t size) {
+  if (s.size() != size) return false;
+  for (char c : s) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -128,24 +149,75 @@ absl::StatusOr<NewSession> RequestAuthorizer::SignIn(std::string_view token,
   if (!csrf.ok()) return csrf.status();
 
   const double now = clock_->Now();
-  std::lock_guard<std::mutex> l(mu_);
-  PurgeExpired(now);
-  if (sessions_.size() >= options_.max_sessions && !sessions_.empty()) {
-    auto oldest = std::min_element(
-        sessions_.begin(), sessions_.end(), [](const auto& a, const auto& b) {
-          return a.second.last_used < b.second.last_used;
-        });
-    sessions_.erase(oldest);
+  const std::string key = SessionKey(*id);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    PurgeExpired(now);
+    if (sessions_.size() >= options_.max_sessions && !sessions_.empty()) {
+      auto oldest = std::min_element(
+          sessions_.begin(), sessions_.end(), [](const auto& a, const auto& b) {
+            return a.second.last_used < b.second.last_used;
+          });
+      sessions_.erase(oldest);
+    }
+    sessions_[key] = Session{*who, *csrf, now, now};
   }
-  sessions_[SessionKey(*id)] = Session{*who, *csrf, now, now};
+  if (options_.share) options_.share(key, SessionRecord(*who, *csrf, now), options_.max_seconds);
   return NewSession{*std::move(id), *std::move(csrf), *std::move(who)};
 }
 
 void RequestAuthorizer::SignOut(std::string_view cookie_header) {
   const std::string_view id = CookieValue(cookie_header, kSessionCookie);
   if (id.empty()) return;
+  const std::string key = SessionKey(id);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    sessions_.erase(key);
+    shared_.erase(key);
+  }
+  // The fleet forgets it too; the mark outlives any copy of the record.
+  if (options_.share) options_.share(key, kEndedRecord, options_.max_seconds);
+}
+
+int RequestAuthorizer::AdoptSharedSessions(
+    const std::vector<std::pair<std::string, std::string>>& records) {
+  absl::flat_hash_map<std::string, Session> shared;
+  std::vector<std::string> ended;
+  int malformed = 0;
+  for (const auto& [key, text] : records) {
+    const nlohmann::json r = nlohmann::json::parse(text, nullptr, false);
+    if (!IsHex(key, 64) || !r.is_object()) {
+      ++malformed;
+      continue;
+    }
+    if (r.value("ended", false)) {
+      ended.push_back(key);
+      continue;
+    }
+    const auto name = r.find("name");
+    const auto role = r.find("role");
+    const auto csrf = r.find("csrf");
+    const auto created = r.find("created");
+    std::optional<Role> parsed;
+    if (role != r.end() && role->is_string()) parsed = ParseRole(role->get<std::string>());
+    if (name == r.end() || !name->is_string() || name->get<std::string>().empty() ||
+        !parsed.has_value() || csrf == r.end() || !csrf->is_string() ||
+        !IsHex(csrf->get<std::string>(), 2 * kSecretBytes) || created == r.end() ||
+        !created->is_number()) {
+      ++malformed;
+      continue;
+    }
+    const double at = created->get<double>();
+    shared[key] = Session{Identity{name->get<std::string>(), *parsed},
+                          csrf->get<std::string>(), at, at};
+  }
   std::lock_guard<std::mutex> l(mu_);
-  sessions_.erase(SessionKey(id));
+  for (const std::string& key : ended) {
+    sessions_.erase(key);
+    shared.erase(key);
+  }
+  shared_ = std::move(shared);
+  return malformed;
 }
 
 std::string RequestAuthorizer::Delegate(const Identity& who, std::string_view server) const {
@@ -201,8 +273,17 @@ absl::StatusOr<RequestIdentity> RequestAuthorizer::Authorize(
     return RequestIdentity{*std::move(who), anonymous ? "anonymous" : "token", ""};
   }
   const double now = clock_->Now();
+  const std::string key = SessionKey(id);
   std::lock_guard<std::mutex> l(mu_);
-  auto it = sessions_.find(SessionKey(id));
+  auto it = sessions_.find(key);
+  if (it == sessions_.end()) {
+    // Opened on another server of the fleet: taken at its first use here.
+    if (auto shared = shared_.find(key); shared != shared_.end()) {
+      Session adopted = shared->second;
+      adopted.last_used = now;
+      if (!Expired(adopted, now)) it = sessions_.emplace(key, std::move(adopted)).first;
+    }
+  }
   if (it == sessions_.end() || Expired(it->second, now)) {
     if (it != sessions_.end()) sessions_.erase(it);
     // A page left open across a restart may still read anonymously.

@@ -2,7 +2,9 @@
 // opaque session id (sent back as an HttpOnly, SameSite=Strict cookie) and a
 // CSRF token that the page must echo in X-CSRF-Token on every mutating
 // request, so another site can neither read the session nor act with it.
-// Sessions live in memory: a server restart signs everyone out.
+// Sessions live in memory: a server restart signs everyone out, except in
+// cluster mode, where every server shares them through etcd
+// (WebSessionOptions::share, AdoptSharedSessions).
 //
 // RequestAuthorizer is the one place that decides who made an HTTP request:
 // a bearer token (scripts, vigilctl), else the session cookie (browsers),
@@ -12,9 +14,12 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -51,6 +56,16 @@ struct WebSessionOptions {
   std::string peer_secret;
   // How long a signed identity is good for.
   double delegation_seconds = 60;
+  // Cluster mode: receives each session this server opens or ends, as
+  // (session key: SHA-256 hex of its id, record), to store where every
+  // server of the fleet reads it (AdoptSharedSessions), so a browser
+  // behind a load balancer stays signed in whichever server answers, and
+  // after its server died. The record ("" never) is to live `keep_seconds`.
+  // Called without the authorizer's lock; must not block. Null: sessions
+  // are this server's alone.
+  std::function<void(const std::string& key, const std::string& record,
+                     double keep_seconds)>
+      share;
 };
 
 // The header carrying an identity signed by another server of the fleet:
@@ -121,6 +136,15 @@ class RequestAuthorizer {
   // Live sessions (expired ones are dropped lazily).
   size_t session_count() const;
 
+  // Cluster mode: every session record the fleet's servers shared (all of
+  // them each time, as (key, record) from WebSessionOptions::share). A
+  // cookie this server does not know is then taken if the fleet opened
+  // it and has not ended it (its idle time counts from its first use
+  // here); one ended elsewhere ends here too. Malformed records are
+  // skipped (counted in the return value). The records are as trusted as
+  // etcd: docs/SCALING.md "Securing etcd".
+  int AdoptSharedSessions(const std::vector<std::pair<std::string, std::string>>& records);
+
  private:
   struct Session {
     Identity who;
@@ -143,6 +167,9 @@ class RequestAuthorizer {
   // SHA-256 hex of the session id -> session: a dump of memory does not
   // hand out live cookies.
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  // Cluster mode: sessions other servers opened (AdoptSharedSessions), by
+  // the same key; taken into sessions_ at their first use here.
+  absl::flat_hash_map<std::string, Session> shared_ ABSL_GUARDED_BY(mu_);
   // Times of failed sign-ins within the window, oldest first: per client,
   // and of everyone.
   absl::flat_hash_map<std::string, std::deque<double>> failures_

@@ -307,6 +307,21 @@ def drill_cluster(env, res, short, seed):
                   cookie is not None and steps == ["unack 200", "ack 200"] and len(audited) >= 2,
                   f"{', '.join(steps) or csrf} via {via.name}; {s1_leader.name} audited "
                   f"{len(audited)} operations by '{vouched}'")
+        # The session itself is shared through etcd: a server of the other
+        # shard takes its cookie (a load balancer may send the browser's
+        # next request there, or its server may die).
+
+        def whoami(server):
+            st, body = lib.http(f"{server.base}/api/v1/session",
+                                headers={"Cookie": cookie or ""})
+            return body if st == 200 and isinstance(body, dict) else {}
+        t_shared = time.time()
+        shared = wait_until(lambda: whoami(s1_leader).get("via") == "session", 10, 0.2)
+        me = whoami(s1_leader)
+        res.check("a browser session signed in on an s0 server holds on an s1 server",
+                  cookie is not None and shared and me.get("name") == "alice"
+                  and me.get("csrf") == csrf,
+                  f"{s1_leader.name}: {me} after {time.time() - t_shared:.1f} s")
 
     # 3. Stop the whole s1 pair: its jobs move to s0 and are watched again.
     s1_jobs = [j for j in jobs if owners[j] == "s1"]

@@ -3,7 +3,10 @@
 // for by another server of the fleet; and CookieValue.
 #include "server/api/web_sessions.h"
 
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "notify/signing.h"
@@ -378,6 +381,95 @@ TEST_F(DelegationTest, ForgedStaleOrUncheckableIdentitiesAreRefused) {
   absl::Status stale = Receive(there_, vouched, Role::kViewer).status();
   EXPECT_EQ(stale.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_NE(stale.message().find("expired"), std::string::npos) << stale;
+}
+
+
+// Cluster mode: two servers share their sessions through a store (etcd in
+// the server; a map here, handed over whole as a watch does).
+class SharedSessionsTest : public ::testing::Test {
+ protected:
+  WebSessionOptions Sharing() {
+    WebSessionOptions options;
+    options.idle_seconds = 3600;
+    options.max_seconds = 86400;
+    options.share = [this](const std::string& key, const std::string& record, double keep) {
+      store_[key] = record;
+      keep_ = keep;
+    };
+    return options;
+  }
+  SharedSessionsTest()
+      : auth_(TwoTokens(/*anonymous_read=*/false)),
+        a_(&auth_, &clock_, Sharing()),
+        b_(&auth_, &clock_, Sharing()) {}
+
+  // The watch: every server reads every record.
+  void Sync() {
+    std::vector<std::pair<std::string, std::string>> all(store_.begin(), store_.end());
+    EXPECT_EQ(a_.AdoptSharedSessions(all), 0);
+    EXPECT_EQ(b_.AdoptSharedSessions(all), 0);
+  }
+
+  FakeClock clock_;
+  Authenticator auth_;
+  std::map<std::string, std::string> store_;
+  double keep_ = 0;
+  RequestAuthorizer a_, b_;
+};
+
+// A session opened on one server holds on the other (a load balancer, or
+// its server died), with its role and its CSRF token; signing out on
+// either ends it on both.
+TEST_F(SharedSessionsTest, ASessionOpenedOnOneServerHoldsOnTheOther) {
+  absl::StatusOr<NewSession> s = a_.SignIn(kOperatorToken);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(store_.size(), 1u);
+  EXPECT_EQ(keep_, 86400);
+  EXPECT_EQ(store_.begin()->first, HexEncode(Sha256(s->id))) << "the id itself is not shared";
+  EXPECT_EQ(store_.begin()->second.find(s->id), std::string::npos);
+  const std::string cookie = Cookie(*s);
+  EXPECT_EQ(b_.Authorize({"GET", "", cookie, ""}, Role::kViewer).status().code(),
+            absl::StatusCode::kUnauthenticated)
+      << "unknown before the watch delivers it";
+  Sync();
+  absl::StatusOr<RequestIdentity> who = b_.Authorize({"POST", "", cookie, s->csrf}, Role::kOperator);
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->via, "session");
+  EXPECT_EQ(who->who.name, "olga");
+  EXPECT_EQ(b_.Authorize({"POST", "", cookie, "wrong"}, Role::kOperator).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(b_.Authorize({"POST", "", cookie, s->csrf}, Role::kAdmin).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // Signed out on b: a forgets it at the next watch.
+  b_.SignOut(cookie);
+  EXPECT_FALSE(b_.Authorize({"GET", "", cookie, ""}, Role::kViewer).ok());
+  Sync();
+  EXPECT_FALSE(a_.Authorize({"GET", "", cookie, ""}, Role::kViewer).ok());
+}
+
+// A shared session still ends at its maximum age from sign-in, and idles
+// out on each server on its own.
+TEST_F(SharedSessionsTest, SharedSessionsExpireAsTheirOwn) {
+  absl::StatusOr<NewSession> s = a_.SignIn(kViewerToken);
+  ASSERT_TRUE(s.ok());
+  Sync();
+  clock_.Advance(86400 + 1);
+  EXPECT_FALSE(b_.Authorize({"GET", "", Cookie(*s), ""}, Role::kViewer).ok());
+}
+
+// Records that are not sessions are skipped and counted; the others still
+// count.
+TEST_F(SharedSessionsTest, MalformedRecordsAreSkipped) {
+  absl::StatusOr<NewSession> s = a_.SignIn(kViewerToken);
+  ASSERT_TRUE(s.ok());
+  std::vector<std::pair<std::string, std::string>> records(store_.begin(), store_.end());
+  const std::string key(64, 'a');
+  records.push_back({"not-a-key", store_.begin()->second});
+  records.push_back({key, "not json"});
+  records.push_back({key, R"({"name":"eve","role":"root","csrf":"00","created":1})"});
+  records.push_back({key, R"({"name":"","role":"admin","csrf":"00","created":1})"});
+  EXPECT_EQ(b_.AdoptSharedSessions(records), 4);
+  EXPECT_TRUE(b_.Authorize({"GET", "", Cookie(*s), ""}, Role::kViewer).ok());
 }
 
 }  // namespace
