@@ -141,7 +141,7 @@ def page_rounds(keys):
 
 def drill_cluster(env, res, short, seed):
     res.injected = ("SIGKILL of a shard leader while it re-pages a P0; a whole pair stopped; "
-                    "a new shard joining")
+                    "a new shard joining; packet loss in three jobs at once")
     etcd = Etcd(env, 1 if short else 3)
     receivers = Receivers(env)
     receivers.start()
