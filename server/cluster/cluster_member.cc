@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -264,33 +265,24 @@ ClusterView ClusterMember::Round() {
   } else {
     view.last_error = std::string(records.status().message());
   }
+  // A claim holds the leader's "<shard>/<replica>"; "" when nobody leads.
+  // Unknown (etcd did not answer): the last view's stays.
+  auto holder = [this](const std::string& key, bool ours) -> std::optional<std::string> {
+    if (ours) return id_;
+    absl::StatusOr<std::optional<KeyValue>> claim = etcd_->Get(key);
+    if (!claim.ok()) return std::nullopt;
+    return claim->has_value() ? (*claim)->value : std::string();
+  };
   const std::string shard_key = Key(absl::StrCat("leaders/", options_.shard));
   view.shard_leader = Leads(shard_key, id_, &view);
-  if (view.shard_leader) {
-    view.shard_leader_replica = options_.replica;
-  } else if (absl::StatusOr<std::optional<KeyValue>> claim = etcd_->Get(shard_key);
-             claim.ok()) {
-    view.shard_leader_replica = "";
-    if (claim->has_value()) {
-      std::string_view value = (*claim)->value;
-      const size_t slash = value.rfind('/');
-      view.shard_leader_replica =
-          std::string(slash == std::string_view::npos ? value : value.substr(slash + 1));
-    }
+  if (std::optional<std::string> who = holder(shard_key, view.shard_leader)) {
+    const size_t slash = who->rfind('/');
+    view.shard_leader_replica = slash == std::string::npos ? *who : who->substr(slash + 1);
   }
   const std::string fleet_key = Key("leaders/_fleet");
   view.fleet_leader = Leads(fleet_key, id_, &view);
-  if (view.fleet_leader) {
-    view.fleet_leader_shard = options_.shard;
-  } else if (absl::StatusOr<std::optional<KeyValue>> claim = etcd_->Get(fleet_key);
-             claim.ok()) {
-    // The claim holds "<shard>/<replica>".
-    view.fleet_leader_shard = "";
-    if (claim->has_value()) {
-      std::string_view value = (*claim)->value;
-      view.fleet_leader_shard = std::string(value.substr(0, value.rfind('/')));
-    }
-  }
+  if (std::optional<std::string> who = holder(fleet_key, view.fleet_leader))
+    view.fleet_leader_shard = who->substr(0, who->rfind('/'));
   FlushPendingPuts(&view);
   for (Watch& watch : watches_) {
     absl::StatusOr<std::vector<KeyValue>> entries = etcd_->GetPrefix(watch.prefix);

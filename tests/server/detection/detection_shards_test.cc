@@ -34,6 +34,14 @@ std::pair<std::string, std::string> JobsOnTwoShards(const DetectionService& d) {
   return {first, first};
 }
 
+// Another job than `of` that `d` watches in the shard of `of`.
+std::string AnotherJobInShardOf(const DetectionService& d, const std::string& of) {
+  for (int i = 100;; ++i) {
+    const std::string job = absl::StrCat("job", i);
+    if (d.ShardOf(job) == d.ShardOf(of) && job != of) return job;
+  }
+}
+
 class DetectionShardsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -53,14 +61,29 @@ class DetectionShardsTest : public ::testing::Test {
     return d;
   }
 
-  // One frame of `node` in `job` with GPU 0's DBE counter at `dbe`.
-  void Frame(DetectionService& d, const std::string& job,
-             const std::string& node, int64_t step, double dbe) {
-    SeriesKey key{"gpu_ecc_dbe_total", {{"gpu", "0"}, {"job", job}, {"node", node}}};
+  // Options of a service that shares its implications, as the etcd hop
+  // carries them (JSON), into `shared`.
+  DetectionOptions Sharing(std::vector<Json>* shared) {
+    DetectionOptions o;
+    o.store = store_.get();
+    o.clock = &clock_;
+    o.snapshot_seconds = 0;
+    o.share_implication = [shared](const IncidentEngine::NodeImplication& i) {
+      shared->push_back(ImplicationToJson(i));
+    };
+    return o;
+  }
+
+  // One frame of `node` in `job` holding only series `key` (its job and
+  // node labels added) at `value`.
+  void OneSeriesFrame(DetectionService& d, SeriesKey key, const std::string& job,
+                      const std::string& node, int64_t step, double value) {
+    key.labels.push_back({"job", job});
+    key.labels.push_back({"node", node});
     absl::StatusOr<SeriesId> id = store_->Resolve(key);
     ASSERT_TRUE(id.ok()) << id.status();
     const uint32_t ids[] = {*id};
-    const double values[] = {dbe};
+    const double values[] = {value};
     FrameView f;
     f.node = node;
     f.job = job;
@@ -71,22 +94,16 @@ class DetectionShardsTest : public ::testing::Test {
     d.OnFrame(f);
   }
 
+  // One frame of `node` in `job` with GPU 0's DBE counter at `dbe`.
+  void Frame(DetectionService& d, const std::string& job,
+             const std::string& node, int64_t step, double dbe) {
+    OneSeriesFrame(d, SeriesKey{"gpu_ecc_dbe_total", {{"gpu", "0"}}}, job, node, step, dbe);
+  }
+
   // One frame of `node` in `job` with NIC mlx5_0's drop counter at `drops`.
   void NetFrame(DetectionService& d, const std::string& job,
                 const std::string& node, int64_t step, double drops) {
-    SeriesKey key{"net_drops_total", {{"dev", "mlx5_0"}, {"job", job}, {"node", node}}};
-    absl::StatusOr<SeriesId> id = store_->Resolve(key);
-    ASSERT_TRUE(id.ok()) << id.status();
-    const uint32_t ids[] = {*id};
-    const double values[] = {drops};
-    FrameView f;
-    f.node = node;
-    f.job = job;
-    f.step = step;
-    f.ts = clock_.Now();
-    f.ids = ids;
-    f.values = values;
-    d.OnFrame(f);
+    OneSeriesFrame(d, SeriesKey{"net_drops_total", {{"dev", "mlx5_0"}}}, job, node, step, drops);
   }
 
   // Five clean seconds of `job` on `node`, then packets dropped.
@@ -169,11 +186,7 @@ TEST_F(DetectionShardsTest, SnapshotsArePerShardAndNeedTheSameCount) {
 TEST_F(DetectionShardsTest, RepeatOffendersAreFoundAcrossShards) {
   auto d = Service(2);
   const auto [a, b] = JobsOnTwoShards(*d);
-  std::string c;  // a third job, on a's shard
-  for (int i = 100; c.empty(); ++i) {
-    const std::string job = absl::StrCat("job", i);
-    if (d->ShardOf(job) == d->ShardOf(a) && job != a) c = job;
-  }
+  const std::string c = AnotherJobInShardOf(*d, a);
   int64_t step = 0;
   for (const std::string& job : {a, b, c}) {
     for (int s = 0; s < 5; ++s, ++step) {
@@ -203,11 +216,7 @@ int CountKind(DetectionService& d, const std::string& kind) {
 TEST_F(DetectionShardsTest, FleetWideFaultsAreRaisedOnceAcrossShards) {
   auto d = Service(2);
   const auto [a, b] = JobsOnTwoShards(*d);
-  std::string c;  // a third job, on b's shard
-  for (int i = 100; c.empty(); ++i) {
-    const std::string job = absl::StrCat("job", i);
-    if (d->ShardOf(job) == d->ShardOf(b) && job != b) c = job;
-  }
+  const std::string c = AnotherJobInShardOf(*d, b);
   PacketLoss(*d, a, "n1");
   PacketLoss(*d, b, "n2");
   EXPECT_EQ(CountKind(*d, "fleet_wide_fault"), 0);
@@ -226,22 +235,13 @@ TEST_F(DetectionShardsTest, FleetWideFaultsAreRaisedOnceAcrossShards) {
 // them (the fleet leader's pair) opens one, and another that is told later
 // (the fleet leader moved) opens it at its next tick.
 TEST_F(DetectionShardsTest, FleetWideFaultsAreCountedAcrossServersAndRaisedByOne) {
-  std::vector<Json> shared_by_a;
-  DetectionOptions oa;
-  oa.store = store_.get();
-  oa.clock = &clock_;
-  oa.snapshot_seconds = 0;
+  std::vector<Json> shared_by_a, shared_by_b;
+  DetectionOptions oa = Sharing(&shared_by_a);
   oa.raises_fleet_incidents = false;
-  oa.share_implication = [&](const IncidentEngine::NodeImplication& i) {
-    shared_by_a.push_back(ImplicationToJson(i));
-  };
   DetectionService a(oa);
   ASSERT_TRUE(a.Start().ok());
-  std::vector<Json> shared_by_b;
-  DetectionOptions ob = oa;
-  ob.share_implication = [&](const IncidentEngine::NodeImplication& i) {
-    shared_by_b.push_back(ImplicationToJson(i));
-  };
+  DetectionOptions ob = Sharing(&shared_by_b);
+  ob.raises_fleet_incidents = false;
   DetectionService b(ob);
   ASSERT_TRUE(b.Start().ok());
   b.SetRaisesFleetIncidents(true);
@@ -292,14 +292,7 @@ TEST_F(DetectionShardsTest, FleetWideFaultsAreCountedAcrossServersAndRaisedByOne
 // lemon. Implications told twice count once.
 TEST_F(DetectionShardsTest, RepeatOffendersAreFoundAcrossServers) {
   std::vector<Json> shared;
-  DetectionOptions oa;
-  oa.store = store_.get();
-  oa.clock = &clock_;
-  oa.snapshot_seconds = 0;
-  oa.share_implication = [&](const IncidentEngine::NodeImplication& i) {
-    shared.push_back(ImplicationToJson(i));
-  };
-  DetectionService a(oa);
+  DetectionService a(Sharing(&shared));
   ASSERT_TRUE(a.Start().ok());
   StoreOptions so;
   so.clock = &clock_;
