@@ -262,7 +262,7 @@ TEST(CompressedSamplesTest, DamagedRecordsAreRefusedOrDecodeExactly) {
       ASSERT_EQ(Bits(v_out[i]), Bits(v[60 + i])) << "bit " << bit;
     }
   }
-  EXPECT_FALSE(CompressedSamples::PeekRecord("\x04abc").has_value())
+  EXPECT_FALSE(CompressedSamples::PeekRecord("\x04" "abc").has_value())
       << "a chunk codec chunk is not a record";
 }
 
