@@ -60,9 +60,9 @@ struct WebSessionOptions {
   // (session key: SHA-256 hex of its id, record), to store where every
   // server of the fleet reads it (AdoptSharedSessions), so a browser
   // behind a load balancer stays signed in whichever server answers, and
-  // after its server died. The record ("" never) is to live `keep_seconds`.
-  // Called without the authorizer's lock; must not block. Null: sessions
-  // are this server's alone.
+  // after its server died. The record is to live `keep_seconds`. Called
+  // without the authorizer's lock; must not block. Null: sessions are this
+  // server's alone.
   std::function<void(const std::string& key, const std::string& record,
                      double keep_seconds)>
       share;
