@@ -242,10 +242,8 @@ struct IncidentEngine::Impl {
   std::map<std::string, std::deque<Observation>> history;
   // Per node: incidents that implicated it, oldest first (lemons).
   std::map<std::string, std::deque<Implication>> implicated;
-  // Per fleet-wide class: faults of jobs, oldest first; the jobs each
-  // class's incident named last.
+  // Per fleet-wide class: faults of jobs, oldest first.
   std::map<std::string, std::deque<Implication>> fleet_faults;
-  std::map<std::string, size_t> fleet_jobs_named;
   bool raises_fleet = true;
   bool fleet_dirty = false;
   const JobContextSource* context = nullptr;
@@ -812,18 +810,19 @@ void IncidentEngine::Impl::CheckFleet(std::vector<IncidentUpdate>* out) {
     const auto it = by_condition.find(key);
     const bool firing = it != by_condition.end() &&
                         it->second->inc.state == IncidentState::kFiring;
-    size_t& named = fleet_jobs_named[cause];
     if (s.fleet_jobs <= 0 || static_cast<int>(jobs.size()) < s.fleet_jobs) {
-      named = 0;
       if (!firing) continue;
       a.cleared = true;
       a.ts = now;
       Clear(a);
       continue;
     }
-    // Raised (or grown) only when it names more jobs than it did.
-    if (!raises_fleet || (firing && jobs.size() <= named)) continue;
-    named = jobs.size();
+    // Raised (or grown) only when it names more jobs than it does (its
+    // primary's score counts them).
+    if (!raises_fleet ||
+        (firing && static_cast<double>(jobs.size()) <= it->second->primary.score)) {
+      continue;
+    }
     a.ts = std::max(now, h.back().ts);
     a.value = static_cast<double>(h.size());
     a.score = static_cast<double>(jobs.size());

@@ -310,6 +310,8 @@ TEST(LifecycleTest, FaultsOfOneClassInThreeJobsAreOneFleetWideFault) {
   EXPECT_EQ(u[1].incident.id, fleet.id);
   EXPECT_NE(u[1].incident.summary.find("in 4 jobs"), std::string::npos);
   EXPECT_EQ(OfKind(e, "fleet_wide_fault").size(), 1u);
+  // A later look that finds no new job says nothing.
+  EXPECT_TRUE(e.Advance(1561).empty());
 
   // Ten minutes after the last fault the window holds none: it resolves.
   e.Advance(1500 + 600 + 61);

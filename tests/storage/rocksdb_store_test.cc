@@ -86,42 +86,68 @@ bool WaitFor(Fn done) {
   return true;
 }
 
+// The database of the store at `dir` (closed), opened behind its back with
+// every column family; `db` is null if it cannot be opened.
+class RawDb {
+ public:
+  RawDb(const std::string& dir, bool read_only) {
+    rocksdb::DBOptions options;
+    if (!rocksdb::DB::ListColumnFamilies(options, dir + "/db", &names_).ok()) return;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    for (const std::string& name : names_)
+      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    rocksdb::DB* db = nullptr;
+    const rocksdb::Status opened =
+        read_only ? rocksdb::DB::OpenForReadOnly(options, dir + "/db", families, &handles_, &db)
+                  : rocksdb::DB::Open(options, dir + "/db", families, &handles_, &db);
+    if (opened.ok()) db_.reset(db);
+  }
+  ~RawDb() {
+    if (db_ == nullptr) return;
+    for (auto* h : handles_) (void)db_->DestroyColumnFamilyHandle(h);
+  }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  rocksdb::DB* db() const { return db_.get(); }
+  // The family named `name`, or null.
+  rocksdb::ColumnFamilyHandle* family(const std::string& name) const {
+    for (size_t i = 0; i < names_.size() && i < handles_.size(); ++i) {
+      if (names_[i] == name) return handles_[i];
+    }
+    return nullptr;
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
 // Open-block pieces in the store at `dir` (closed) that belong to blocks
 // already closed (their start is not after the series' closed-block
 // cursor), read behind the store's back; -1 if it cannot be read.
 int CountStalePieces(const std::string& dir) {
-  rocksdb::DBOptions db_options;
-  std::vector<std::string> names;
-  if (!rocksdb::DB::ListColumnFamilies(db_options, dir + "/db", &names).ok()) return -1;
-  std::vector<rocksdb::ColumnFamilyDescriptor> families;
-  for (const std::string& name : names)
-    families.emplace_back(name, rocksdb::ColumnFamilyOptions());
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw_db = nullptr;
-  if (!rocksdb::DB::OpenForReadOnly(db_options, dir + "/db", families, &handles, &raw_db).ok())
-    return -1;
-  std::unique_ptr<rocksdb::DB> db(raw_db);
+  RawDb raw(dir, /*read_only=*/true);
+  rocksdb::ColumnFamilyHandle* open = raw.family("open");
+  if (raw.db() == nullptr || open == nullptr) return -1;
   int stale = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] != "open") continue;
-    // Keys: series id (4 bytes, big-endian) -> cursor whose first 8 bytes
-    // are the last closed sample's time; id + piece time (8 bytes: its
-    // last sample's, or for pieces written before records its first) ->
-    // piece. Times are biased big-endian, so bytes compare as times.
-    std::string cursor_id, cursor_last;
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      const std::string key = it->key().ToString();
-      if (key.size() == 4) {
-        cursor_id = key;
-        cursor_last = it->value().ToString().substr(0, 8);
-      } else if (key.size() == 12 && key.substr(0, 4) == cursor_id &&
-                 key.substr(4) <= cursor_last) {
-        ++stale;
-      }
+  // Keys: series id (4 bytes, big-endian) -> cursor whose first 8 bytes are
+  // the last closed sample's time; id + piece time (8 bytes: its last
+  // sample's, or for pieces written before records its first) -> piece.
+  // Times are biased big-endian, so bytes compare as times.
+  std::string cursor_id, cursor_last;
+  std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), open));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const std::string key = it->key().ToString();
+    if (key.size() == 4) {
+      cursor_id = key;
+      cursor_last = it->value().ToString().substr(0, 8);
+    } else if (key.size() == 12 && key.substr(0, 4) == cursor_id &&
+               key.substr(4) <= cursor_last) {
+      ++stale;
     }
   }
-  for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
   return stale;
 }
 
@@ -138,32 +164,19 @@ uint64_t Biased(int64_t v) { return static_cast<uint64_t>(v) ^ (uint64_t{1} << 6
 // value; empty to delete it). False if the database cannot be opened.
 template <typename Edit>
 bool EditPieces(const std::string& dir, Edit edit) {
-  rocksdb::DBOptions db_options;
-  std::vector<std::string> names;
-  if (!rocksdb::DB::ListColumnFamilies(db_options, dir + "/db", &names).ok()) return false;
-  std::vector<rocksdb::ColumnFamilyDescriptor> families;
-  for (const std::string& name : names)
-    families.emplace_back(name, rocksdb::ColumnFamilyOptions());
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw_db = nullptr;
-  if (!rocksdb::DB::Open(db_options, dir + "/db", families, &handles, &raw_db).ok())
-    return false;
-  std::unique_ptr<rocksdb::DB> db(raw_db);
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] != "open") continue;
-    rocksdb::WriteBatch batch;
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (it->key().size() != 12) continue;
-      (void)batch.Delete(handles[i], it->key());
-      for (const auto& [key, value] : edit(it->key().ToString(), it->value().ToString()))
-        (void)batch.Put(handles[i], key, value);
-    }
-    it.reset();
-    if (!db->Write(rocksdb::WriteOptions(), &batch).ok()) return false;
+  RawDb raw(dir, /*read_only=*/false);
+  rocksdb::ColumnFamilyHandle* open = raw.family("open");
+  if (raw.db() == nullptr || open == nullptr) return false;
+  rocksdb::WriteBatch batch;
+  std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), open));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key().size() != 12) continue;
+    (void)batch.Delete(open, it->key());
+    for (const auto& [key, value] : edit(it->key().ToString(), it->value().ToString()))
+      (void)batch.Put(open, key, value);
   }
-  for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
-  return db->Close().ok();
+  it.reset();
+  return raw.db()->Write(rocksdb::WriteOptions(), &batch).ok();
 }
 
 // The value series `s` holds at frame `f`.
@@ -221,6 +234,17 @@ class RocksDbStoreTest : public ::testing::Test {
       }
     }
     return n;
+  }
+
+  // A fresh store: frames [0, flushed) appended and flushed, then
+  // [flushed, end) appended and the store closed (closing checkpoints).
+  void AppendAcrossTwoCheckpoints(int flushed, int end) {
+    auto store = Open();
+    ResolveAll(store.get());
+    for (int f = 0; f < end; ++f) {
+      if (f == flushed) ASSERT_TRUE(store->Flush().ok());
+      ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+    }
   }
 
   // Frames the child acknowledged, from its ack file.
@@ -512,27 +536,14 @@ TEST_F(RocksDbStoreTest, CorruptChunksAreQuarantinedNotFatal) {
     for (int f = 0; f < 100; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
   }
   {  // Corrupt the first raw chunk behind the store's back.
-    rocksdb::DBOptions db_options;
-    std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    std::vector<std::string> names;
-    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(db_options, dir_.path() + "/db", &names).ok());
-    for (const std::string& name : names) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* raw_db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(db_options, dir_.path() + "/db", families, &handles, &raw_db).ok());
-    std::unique_ptr<rocksdb::DB> db(raw_db);
-    rocksdb::ColumnFamilyHandle* raw = nullptr;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (names[i] == "raw") raw = handles[i];
-    }
+    RawDb db(dir_.path(), /*read_only=*/false);
+    rocksdb::ColumnFamilyHandle* raw = db.family("raw");
+    ASSERT_NE(db.db(), nullptr);
     ASSERT_NE(raw, nullptr);
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), raw));
+    std::unique_ptr<rocksdb::Iterator> it(db.db()->NewIterator(rocksdb::ReadOptions(), raw));
     it->SeekToFirst();
     ASSERT_TRUE(it->Valid());
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), raw, it->key(), "not a chunk").ok());
-    it.reset();
-    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
-    ASSERT_TRUE(db->Close().ok());
+    ASSERT_TRUE(db.db()->Put(rocksdb::WriteOptions(), raw, it->key(), "not a chunk").ok());
   }
   auto store = Open();
   // Series 0 lost its first block (16 frames); the others are intact.
@@ -556,13 +567,7 @@ TEST_F(RocksDbStoreTest, CorruptChunksAreQuarantinedNotFatal) {
 // holds chunks, one per piece, keyed by their first sample: they still
 // load, later records continue them, and closing the block deletes both.
 TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
-  {
-    auto store = Open();
-    ResolveAll(store.get());
-    for (int f = 0; f < 5; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
-    ASSERT_TRUE(store->Flush().ok());
-    for (int f = 5; f < 10; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
-  }  // closing checkpoints: two pieces per series
+  AppendAcrossTwoCheckpoints(5, 10);  // two pieces per series
   std::map<std::string, CompressedSamples> rebuilt;  // by series id
   int pieces = 0;
   ASSERT_TRUE(EditPieces(dir_.path(), [&](const std::string& key, const std::string& value) {
@@ -599,13 +604,8 @@ TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
 // series and the blocks already closed are untouched, and the series
 // carries on.
 TEST_F(RocksDbStoreTest, DamagedPieceIsQuarantinedWithWhatContinuesIt) {
-  {
-    auto store = Open();
-    ResolveAll(store.get());
-    for (int f = 0; f < 20; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
-    ASSERT_TRUE(store->Flush().ok());
-    for (int f = 20; f < 24; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
-  }  // series hold frames 0-15 closed, 16-19 and 20-23 in two pieces
+  // Series hold frames 0-15 closed, 16-19 and 20-23 in two pieces.
+  AppendAcrossTwoCheckpoints(20, 24);
   std::string series2;
   PutBE(&series2, 2, 4);
   bool damaged = false;
