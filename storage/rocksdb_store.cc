@@ -251,7 +251,25 @@ struct Block {
   CompressedSamples::Mark checkpointed;
   std::vector<int64_t> pieces;    // key time of each piece in the open family
   bool expired = false;           // left the index (all data expired)
+  // False until a block of the series closed (or one was loaded): the
+  // first block of a new series is cut short (FirstBlockShare).
+  bool phased = false;
 };
+
+// The share, in 1/1024ths of block_samples and block_seconds, of the first
+// block of series `id`, spread evenly over (0, 1] by a hash of the id.
+// Series created together (a job's start: thousands at once) would
+// otherwise close their blocks in the same second, every block_samples
+// seconds, for ever: a burst of chunk encoding and RocksDB writes, and
+// open-block memory swinging between empty and full. Cut short once, each
+// series keeps its own phase (later blocks run full length, and reloaded
+// ones keep theirs), so closes spread evenly and open blocks stay half
+// full on average (docs/ARCHITECTURE.md, "Storage layout and durability").
+uint32_t FirstBlockShare(SeriesId id) {
+  uint64_t h = (uint64_t{id} + 1) * 0x9e3779b97f4a7c15ULL;
+  h ^= h >> 29;
+  return static_cast<uint32_t>(h % 1024) + 1;
+}
 
 // Decodes samples [begin, end of block) of `block` into `ts` and `values`
 // (replacing what they held).
@@ -572,6 +590,7 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       b.cursor = SeriesCursor{.has_last = true,
                               .last_ms = Unbiased(GetBE(v.data(), 8)),
                               .last_bits = GetBE(v.data() + 8, 8)};
+      b.phased = true;
       continue;
     }
     ts.clear();
@@ -609,6 +628,7 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       continue;
     }
     if (b.samples.empty()) b.start_ms = ts[0];
+    b.phased = true;
     b.pieces.push_back(Unbiased(GetBE(k.data() + 4, 8)));
     for (size_t i = 0; i < ts.size(); ++i) {
       b.samples.Append(ts[i], values[i]);
@@ -686,12 +706,15 @@ void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
       const SampleVerdict v = ClassifySample(&b.cursor, ts_ms, frame.values[i]);
       CountVerdict(v, result);
       if (v != SampleVerdict::kAccept) continue;
-      if (!b.samples.empty() && ts_ms - b.start_ms >= block_ms_)
+      const uint32_t share =
+          b.phased || !options_.store.stagger_first_blocks ? 1024 : FirstBlockShare(id);
+      if (!b.samples.empty() && ts_ms - b.start_ms >= block_ms_ * share / 1024)
         CloseBlock(id, &b, batch);
       if (b.samples.empty()) b.start_ms = ts_ms;
       if (b.samples.size() == b.checkpointed.count) dirty_.push_back(id);
       b.samples.Append(ts_ms, frame.values[i]);
-      if (b.samples.size() >= block_samples) CloseBlock(id, &b, batch);
+      if (b.samples.size() >= std::max<uint64_t>(1, uint64_t{block_samples} * share / 1024))
+        CloseBlock(id, &b, batch);
     }
   }
 }
@@ -715,6 +738,7 @@ void RocksDbStore::CloseBlock(SeriesId id, Block* b,
   b->samples.Clear();
   b->pieces.clear();
   b->checkpointed = {};
+  b->phased = true;
   ++chunks_flushed_;
 }
 

@@ -219,6 +219,12 @@ struct StoreOptions {
   uint32_t block_samples = 720;
   // ...or spans this many seconds.
   double block_seconds = 2 * 3600.0;
+  // The first block of a new series closes after a share of both limits
+  // spread evenly over (0, 1] by series, so series created together do not
+  // close their blocks together for ever after (a burst of writes and a
+  // swing of memory every block_samples seconds). Off: every block runs
+  // the full limits (tests that count blocks).
+  bool stagger_first_blocks = true;
 };
 
 // A store that keeps everything in memory (same semantics, no durability).

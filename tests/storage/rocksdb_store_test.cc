@@ -191,9 +191,13 @@ class RocksDbStoreTest : public ::testing::Test {
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? std::move(*store) : nullptr;
   }
-  std::unique_ptr<SeriesStore> Open() {
-    return Open(SmallRocksOptions(&clock_, dir_.path()));
+  // SmallRocksOptions, blocks staggered as stagger_ says.
+  RocksDbStoreOptions Options() {
+    RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+    options.store.stagger_first_blocks = stagger_;
+    return options;
   }
+  std::unique_ptr<SeriesStore> Open() { return Open(Options()); }
 
   // Resolves kSeries series; ids are 0..kSeries-1.
   static std::vector<SeriesId> ResolveAll(SeriesStore* store) {
@@ -270,6 +274,9 @@ class RocksDbStoreTest : public ::testing::Test {
 
   TestDir dir_;
   FakeClock clock_{kT0};
+  // StoreOptions::stagger_first_blocks; off in tests that count on where
+  // blocks end.
+  bool stagger_ = true;
 };
 
 TEST_F(RocksDbStoreTest, ReopenKeepsEverything) {
@@ -309,7 +316,7 @@ TEST_F(RocksDbStoreTest, ReopenKeepsEverything) {
 
 TEST_F(RocksDbStoreTest, SecondOpenOfTheSameDirFails) {
   auto store = Open();
-  auto second = OpenRocksDbStore(SmallRocksOptions(&clock_, dir_.path()));
+  auto second = OpenRocksDbStore(Options());
   EXPECT_FALSE(second.ok());
 }
 
@@ -389,9 +396,10 @@ TEST_F(RocksDbStoreTest, TornFrameLogTailIsCutAndReported) {
 // are refused with kUnavailable, and once space returns the store writes
 // what it owed and accepts again - without a restart, nothing lost.
 TEST_F(RocksDbStoreTest, DatabaseWriteErrorsRefuseAppendsUntilSpaceReturns) {
+  stagger_ = false;  // counts on where blocks end
   auto fs = std::make_shared<FullDiskFs>(rocksdb::FileSystem::Default());
   std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
-  RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+  RocksDbStoreOptions options = Options();
   options.env = env.get();
   options.maintenance_interval_seconds = 0.01;
   {
@@ -426,7 +434,7 @@ TEST_F(RocksDbStoreTest, DatabaseWriteErrorsRefuseAppendsUntilSpaceReturns) {
 // refuses that append alone, with nothing applied; the next append after
 // the cause is gone is accepted and the store is healthy again.
 TEST_F(RocksDbStoreTest, FrameLogWriteErrorsRefuseOnlyWhileTheyLast) {
-  RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+  RocksDbStoreOptions options = Options();
   options.maintenance_interval_seconds = 3600;  // nothing else writes
   auto store = Open(options);
   ResolveAll(store.get());
@@ -455,7 +463,7 @@ TEST_F(RocksDbStoreTest, FrameLogWriteErrorsRefuseOnlyWhileTheyLast) {
 
 // Checkpoints happen on the maintenance thread as the frame log grows.
 TEST_F(RocksDbStoreTest, CheckpointsRunOffTheAppendPath) {
-  RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+  RocksDbStoreOptions options = Options();
   options.frame_log_checkpoint_bytes = 1000;
   std::atomic<int> committed = 0;
   std::atomic<bool> opened = false, on_append_thread = false;
@@ -480,7 +488,7 @@ TEST_F(RocksDbStoreTest, CheckpointsRunOffTheAppendPath) {
 // while it writes goes through, and the blocks it closes (whose pieces the
 // checkpoint is writing) leave no piece behind; every frame is stored once.
 TEST_F(RocksDbStoreTest, AppendsGoOnWhileACheckpointWrites) {
-  RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+  RocksDbStoreOptions options = Options();
   options.frame_log_checkpoint_bytes = 1000;
   std::atomic<bool> armed = false, hooked = false;
   std::atomic<int> appended_while_writing = 0;
@@ -528,8 +536,55 @@ TEST_F(RocksDbStoreTest, AppendsGoOnWhileACheckpointWrites) {
 }
 
 // A chunk that no longer decodes (bit rot, a bug) is skipped by queries,
+// Series created together (a job's start) close their first blocks spread
+// over one block's length, and keep their own phase after that and across
+// a restart: closes per frame stay near series / block_samples instead of
+// all series closing in one frame every block_samples frames.
+TEST_F(RocksDbStoreTest, SeriesCreatedTogetherCloseTheirBlocksApart) {
+  constexpr int kMany = 512;  // 32 closes per frame when spread evenly
+  const auto append = [](SeriesStore* store, int f) {
+    std::vector<SeriesId> ids;
+    std::vector<double> values;
+    for (int s = 0; s < kMany; ++s) {
+      ids.push_back(s);
+      values.push_back(s + 0.5 * f);
+    }
+    FrameColumns frame{.ts = kT0 + f, .ids = ids, .values = values};
+    return store->Append({&frame, 1}, nullptr);
+  };
+  // The most blocks closed by one frame of [from, to).
+  const auto most_closed = [&](SeriesStore* store, int from, int to) {
+    uint64_t most = 0;
+    for (int f = from; f < to; ++f) {
+      const uint64_t before = store->Stats().chunks_flushed;
+      EXPECT_TRUE(append(store, f).ok());
+      most = std::max(most, store->Stats().chunks_flushed - before);
+    }
+    return most;
+  };
+  {
+    auto store = Open();
+    for (int s = 0; s < kMany; ++s)
+      ASSERT_EQ(*store->Resolve(Key("m", "n" + std::to_string(s))), SeriesId(s));
+    // Every series closed its first block within 16 frames...
+    EXPECT_LE(most_closed(store.get(), 0, 16), 100u);
+    EXPECT_GE(store->Stats().chunks_flushed, uint64_t{kMany});
+    // ...and full blocks since, each in its own frame.
+    EXPECT_LE(most_closed(store.get(), 16, 64), 100u);
+  }
+  auto store = Open();  // phases survive the restart
+  EXPECT_LE(most_closed(store.get(), 64, 96), 100u);
+  for (int s = 0; s < kMany; s += 37) {
+    auto got = store->Query(s, 0, 1e10);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(got->size(), 96u) << "series " << s;
+    EXPECT_EQ((*got)[95].value, s + 0.5 * 95);
+  }
+}
+
 // and quarantined by retention instead of blocking it forever.
 TEST_F(RocksDbStoreTest, CorruptChunksAreQuarantinedNotFatal) {
+  stagger_ = false;  // counts on where blocks end
   {
     auto store = Open();
     ResolveAll(store.get());
@@ -567,6 +622,7 @@ TEST_F(RocksDbStoreTest, CorruptChunksAreQuarantinedNotFatal) {
 // holds chunks, one per piece, keyed by their first sample: they still
 // load, later records continue them, and closing the block deletes both.
 TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
+  stagger_ = false;  // counts on where blocks end
   AppendAcrossTwoCheckpoints(5, 10);  // two pieces per series
   std::map<std::string, CompressedSamples> rebuilt;  // by series id
   int pieces = 0;
@@ -604,6 +660,7 @@ TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
 // series and the blocks already closed are untouched, and the series
 // carries on.
 TEST_F(RocksDbStoreTest, DamagedPieceIsQuarantinedWithWhatContinuesIt) {
+  stagger_ = false;  // counts on where blocks end
   // Series hold frames 0-15 closed, 16-19 and 20-23 in two pieces.
   AppendAcrossTwoCheckpoints(20, 24);
   std::string series2;
@@ -666,7 +723,7 @@ class CheckpointCrashTest
   // Child side: appends with frequent checkpoints and _exit()s at `step` of
   // checkpoint number `nth`.
   [[noreturn]] void CrashAt(std::string step, int nth) {
-    RocksDbStoreOptions options = SmallRocksOptions(&clock_, dir_.path());
+    RocksDbStoreOptions options = Options();
     options.frame_log_checkpoint_bytes = 1000;  // ~10 frames
     int calls = 0;
     options.checkpoint_hook = [&](std::string_view s) {
