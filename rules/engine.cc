@@ -190,6 +190,11 @@ struct IncidentEngine::Impl {
   void EndConditions(const Anomaly& a);
   // Records that `t` implicated its node; opens or updates a lemon.
   void Implicate(const Tracked& t, std::vector<IncidentUpdate>* out);
+  // Opens or grows the lemon of `node` if its window holds lemon_jobs jobs
+  // (and this engine raises fleet incidents).
+  void CheckLemon(const std::string& node, std::vector<IncidentUpdate>* out);
+  // Nodes other engines implicated since the last CheckLemon of them.
+  std::set<std::string> lemons_dirty;
   // Implications made since TakeImplications last ran.
   std::vector<IncidentEngine::NodeImplication> recorded;
   bool record_implications = false;
@@ -199,6 +204,9 @@ struct IncidentEngine::Impl {
   void NoteFleetFault(const Tracked& t);
   // Opens, grows or clears the fleet-wide fault of each class.
   void CheckFleet(std::vector<IncidentUpdate>* out);
+  // Raises what other engines' implications completed: lemons of dirty
+  // nodes, fleet-wide faults if dirty.
+  void CheckFleetIncidents(std::vector<IncidentUpdate>* out);
   void CheckRisk(std::vector<IncidentUpdate>* out);
   void Clear(const Anomaly& a);
   void Resolve(std::vector<IncidentUpdate>* out);
@@ -727,7 +735,6 @@ void IncidentEngine::Impl::EndConditions(const Anomaly& a) {
 
 void IncidentEngine::Impl::Implicate(const Tracked& t,
                                      std::vector<IncidentUpdate>* out) {
-  const RuleSettings& s = rules.settings;
   if (t.inc.node.empty() || t.inc.job.empty() || !t.lemon_node.empty() ||
       t.inc.severity > Severity::kP2 ||
       !(t.category == C::kGpuHardware || t.category == C::kCommunication ||
@@ -738,6 +745,14 @@ void IncidentEngine::Impl::Implicate(const Tracked& t,
   h.push_back({t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
   if (record_implications)
     recorded.push_back({t.inc.node, "", t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
+  CheckLemon(t.inc.node, out);
+}
+
+void IncidentEngine::Impl::CheckLemon(const std::string& node,
+                                      std::vector<IncidentUpdate>* out) {
+  const RuleSettings& s = rules.settings;
+  if (!raises_fleet) return;
+  std::deque<Implication>& h = implicated[node];
   while (!h.empty() && h.front().ts < now - s.lemon_window_s) h.pop_front();
   std::set<std::string> jobs;
   std::set<int> gpus;
@@ -750,12 +765,12 @@ void IncidentEngine::Impl::Implicate(const Tracked& t,
       all_gpus = false;
     }
   }
-  if (static_cast<int>(jobs.size()) < s.lemon_jobs) return;
+  if (h.empty() || static_cast<int>(jobs.size()) < s.lemon_jobs) return;
   Anomaly a;
   a.kind = AnomalyKind::kRepeatOffender;
-  a.node = t.inc.node;
+  a.node = node;
   if (all_gpus && gpus.size() == 1) a.gpu = *gpus.begin();
-  a.ts = t.inc.ts;
+  a.ts = std::max(now, h.back().ts);
   a.value = static_cast<double>(h.size());
   a.score = static_cast<double>(jobs.size());
   a.detail = absl::StrFormat("%d incidents in %d jobs within %.0f days: ",
@@ -845,7 +860,18 @@ void IncidentEngine::Impl::CheckFleet(std::vector<IncidentUpdate>* out) {
 }
 
 void IncidentEngine::set_raises_fleet_incidents(bool raises) {
-  if (raises && !impl_->raises_fleet) impl_->fleet_dirty = true;
+  if (raises && !impl_->raises_fleet) {
+    impl_->fleet_dirty = true;
+    // Offenders the others completed while this engine only counted; not
+    // those it knows a lemon of (firing, or resolved by an operator).
+    std::set<std::string> known;
+    for (const auto& t : impl_->incidents) {
+      if (!t->lemon_node.empty()) known.insert(t->lemon_node);
+    }
+    for (const auto& [node, h] : impl_->implicated) {
+      if (!h.empty() && !known.contains(node)) impl_->lemons_dirty.insert(node);
+    }
+  }
   impl_->raises_fleet = raises;
 }
 
@@ -871,6 +897,13 @@ void IncidentEngine::AddImplication(const NodeImplication& i) {
     if (std::prev(same)->job == i.job && std::prev(same)->gpu == i.gpu) return;
   }
   h.insert(at, Implication{i.ts, i.job, i.id, i.kind, i.gpu});
+  if (i.cause.empty() && impl_->raises_fleet) impl_->lemons_dirty.insert(i.node);
+}
+
+void IncidentEngine::Impl::CheckFleetIncidents(std::vector<IncidentUpdate>* out) {
+  for (const std::string& node : lemons_dirty) CheckLemon(node, out);
+  lemons_dirty.clear();
+  if (fleet_dirty) CheckFleet(out);
 }
 
 void IncidentEngine::Impl::CheckLemons(std::vector<IncidentUpdate>* out) {
@@ -1010,7 +1043,7 @@ std::vector<IncidentUpdate> IncidentEngine::Process(
       impl_->Raise(a, &out);
     }
   }
-  if (impl_->fleet_dirty) impl_->CheckFleet(&out);
+  impl_->CheckFleetIncidents(&out);
   return out;
 }
 
@@ -1025,7 +1058,7 @@ std::vector<IncidentUpdate> IncidentEngine::Advance(double ts) {
     m.CheckLemons(&out);
     m.fleet_dirty = true;  // the fleet window moved
   }
-  if (m.fleet_dirty) m.CheckFleet(&out);
+  m.CheckFleetIncidents(&out);
   m.Resolve(&out);
   return out;
 }
@@ -1034,9 +1067,13 @@ void IncidentEngine::set_context_source(const JobContextSource* source) {
   impl_->context = source;
 }
 
-std::string IncidentEngine::SaveHistory() const {
+namespace {
+
+using ImplicationWindows = std::map<std::string, std::deque<Implication>>;
+
+nlohmann::json WindowsToJson(const ImplicationWindows& windows) {
   nlohmann::json doc = nlohmann::json::object();
-  for (const auto& [node, h] : impl_->implicated) {
+  for (const auto& [name, h] : windows) {
     nlohmann::json list = nlohmann::json::array();
     for (const Implication& i : h) {
       list.push_back({{"ts", i.ts},
@@ -1046,21 +1083,19 @@ std::string IncidentEngine::SaveHistory() const {
                       {"gpu", i.gpu ? nlohmann::json(*i.gpu)
                                     : nlohmann::json(nullptr)}});
     }
-    if (!list.empty()) doc[node] = std::move(list);
+    if (!list.empty()) doc[name] = std::move(list);
   }
-  return doc.dump();
+  return doc;
 }
 
-absl::Status IncidentEngine::RestoreHistory(std::string_view text) {
-  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
-  if (!doc.is_object()) {
-    return absl::InvalidArgumentError("repeat-offender history: not an object");
-  }
-  std::map<std::string, std::deque<Implication>> restored;
-  for (const auto& [node, list] : doc.items()) {
+// Reads what WindowsToJson wrote (`what` names it in errors).
+absl::Status WindowsFromJson(const nlohmann::json& doc, const char* what,
+                             ImplicationWindows* out) {
+  if (!doc.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": not an object"));
+  for (const auto& [name, list] : doc.items()) {
     if (!list.is_array()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("repeat-offender history of ", node, ": not a list"));
+          absl::StrCat(what, " of ", name, ": not a list"));
     }
     for (const nlohmann::json& e : list) {
       if (!e.is_object() || !e.contains("ts") || !e["ts"].is_number() ||
@@ -1070,8 +1105,7 @@ absl::Status IncidentEngine::RestoreHistory(std::string_view text) {
           (e.contains("gpu") && !e["gpu"].is_null() &&
            !e["gpu"].is_number_integer())) {
         return absl::InvalidArgumentError(
-            absl::StrCat("repeat-offender history of ", node,
-                         ": a malformed entry"));
+            absl::StrCat(what, " of ", name, ": a malformed entry"));
       }
       Implication i;
       i.ts = e["ts"].get<double>();
@@ -1081,10 +1115,40 @@ absl::Status IncidentEngine::RestoreHistory(std::string_view text) {
       if (e.contains("gpu") && e["gpu"].is_number_integer()) {
         i.gpu = e["gpu"].get<int>();
       }
-      restored[node].push_back(std::move(i));
+      (*out)[name].push_back(std::move(i));
     }
   }
-  impl_->implicated = std::move(restored);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Fleet-wide classes are saved beside the nodes under "@" and the class:
+// node names never start with '@' (the ingest refuses them), and a reader
+// from before they were saved takes them for nodes no frame names.
+std::string IncidentEngine::SaveHistory() const {
+  nlohmann::json doc = WindowsToJson(impl_->implicated);
+  nlohmann::json fleet = WindowsToJson(impl_->fleet_faults);
+  for (auto& [cause, list] : fleet.items()) doc[absl::StrCat("@", cause)] = std::move(list);
+  return doc.dump();
+}
+
+absl::Status IncidentEngine::RestoreHistory(std::string_view text) {
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  ImplicationWindows windows;
+  if (absl::Status s = WindowsFromJson(doc, "repeat-offender history", &windows); !s.ok())
+    return s;
+  ImplicationWindows nodes, fleet;
+  for (auto& [name, h] : windows) {
+    if (name.starts_with('@')) {
+      fleet[name.substr(1)] = std::move(h);
+    } else {
+      nodes[name] = std::move(h);
+    }
+  }
+  impl_->implicated = std::move(nodes);
+  impl_->fleet_faults = std::move(fleet);
+  impl_->fleet_dirty = true;
   return absl::OkStatus();
 }
 

@@ -54,6 +54,9 @@
 // communication, node; P0-P2; localised to it) of lemon_jobs different
 // jobs within lemon_window_s opens one lemon_node incident (job "") whose
 // evidence lists them; it resolves when the window no longer holds them.
+// Only an engine that raises fleet incidents opens it (at once for its own
+// implications, at the next Process or Advance for others'); every engine
+// counts.
 // Fleet-wide faults: incidents (P0-P2) of one class - "storage" (data
 // pipeline), "network" (communication), "nodes" (nodes lost) or "hang"
 // (job hangs) - in fleet_jobs different jobs within fleet_window_s open one
@@ -141,23 +144,26 @@ class IncidentEngine {
   void TakeImplications(std::vector<NodeImplication>* out);
   // Records an implication another engine made (its jobs are not this
   // engine's): it counts toward this engine's repeat offenders (or
-  // fleet-wide faults) as its own do. A repeat offender is raised only by
-  // an implication of this engine's own; a fleet-wide fault at the next
-  // Process or Advance, if this engine raises fleet incidents. One already
-  // known (same node or cause, time, job and GPU) changes nothing. Never
-  // fails.
+  // fleet-wide faults) as its own do, raised at the next Process or
+  // Advance if this engine raises fleet incidents. One already known (same
+  // node or cause, time, job and GPU) changes nothing. Never fails.
   void AddImplication(const NodeImplication& implication);
 
-  // Whether this engine opens fleet-wide fault incidents (default true).
-  // Engines that share implications count the same faults; one of them
-  // raises (in cluster mode, the fleet leader's shard: docs/SCALING.md).
-  // Turning it off leaves open ones to resolve on their own.
+  // Whether this engine opens the incidents that span jobs: fleet-wide
+  // faults and repeat offenders (default true). Engines that share
+  // implications count the same faults; one of them raises (in cluster
+  // mode, the fleet leader's shard: docs/SCALING.md), so a node is one
+  // lemon however its jobs are spread. Turned on, it raises at the next
+  // Process or Advance what the counts already hold, but no lemon of a
+  // node it has one of (firing or resolved). Turning it off leaves open
+  // ones to resolve on their own.
   void set_raises_fleet_incidents(bool raises);
 
   // The repeat-offender history (which incidents implicated which node,
-  // within lemon_window_s) as JSON text, and back: it spans days, so it
-  // must outlive a server restart. RestoreHistory: kInvalidArgument for
-  // text that is not such a document (nothing changes then).
+  // within lemon_window_s) and the fleet-wide fault windows (under "@" and
+  // the class: node names must not start with '@') as JSON text, and back:
+  // they must outlive a server restart. RestoreHistory: kInvalidArgument
+  // for text that is not such a document (nothing changes then).
   std::string SaveHistory() const;
   absl::Status RestoreHistory(std::string_view text);
 

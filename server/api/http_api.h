@@ -152,11 +152,17 @@ class HttpApi {
   // the fleet's peer secret (kOnBehalfOfHeader); none otherwise.
   std::vector<std::pair<std::string, std::string>> PassOnCredentials(
       const httplib::Request& req) const;
-  // Replies `local` (an object holding the array `list_key`), merged in
-  // cluster mode with the same list from one member of every other shard
-  // (each item labelled with its "shard", "shards" telling who answered),
-  // unless the request asks for ?local=1. `newest_first` sorts the merged
-  // list by "ts", newest first, and keeps the request's limit.
+  // `local` (an object holding the array `list_key`), merged in cluster
+  // mode with the same list from one member of every other shard (each
+  // item labelled with its "shard", "shards" telling who answered), unless
+  // the request asks for ?local=1. `newest_first` sorts the merged list by
+  // "ts", newest first, and keeps the request's limit. `map_key`, if set,
+  // names an object whose members the shards' answers add to (the first
+  // answer holding a member keeps it).
+  nlohmann::json MergeFleetWide(const httplib::Request& req, nlohmann::json local,
+                                const char* list_key, bool newest_first,
+                                const char* map_key = nullptr) const;
+  // Replies MergeFleetWide's answer.
   void ReplyFleetWide(const httplib::Request& req, httplib::Response& res,
                       nlohmann::json local, const char* list_key, bool newest_first) const;
 

@@ -162,9 +162,14 @@ bool HttpApi::ForwardToShardOf(const std::string& id, const httplib::Request& re
 
 void HttpApi::ReplyFleetWide(const httplib::Request& req, httplib::Response& res, Json local,
                              const char* list_key, bool newest_first) const {
+  Reply(res, 200, MergeFleetWide(req, std::move(local), list_key, newest_first));
+}
+
+Json HttpApi::MergeFleetWide(const httplib::Request& req, Json local, const char* list_key,
+                             bool newest_first, const char* map_key) const {
   const HttpApiOptions& o = options_;
   if (o.cluster == nullptr || o.transport == nullptr || req.get_param_value("local") == "1")
-    return Reply(res, 200, local);
+    return local;
   const cluster::ClusterView view = o.cluster->view();
   const std::string self = o.cluster->self().shard;
   Json& list = local[list_key];
@@ -176,7 +181,14 @@ void HttpApi::ReplyFleetWide(const httplib::Request& req, httplib::Response& res
     Json status = {{"shard", reply.shard}, {"ok", reply.ok}, {"member", reply.member}};
     if (!reply.ok) status["error"] = reply.error;
     shards.push_back(std::move(status));
-    if (!reply.ok || !reply.body.contains(list_key) || !reply.body[list_key].is_array()) continue;
+    if (!reply.ok) continue;
+    if (map_key != nullptr && reply.body.contains(map_key) && reply.body[map_key].is_object()) {
+      Json& merged = local[map_key];
+      for (auto& [name, value] : reply.body[map_key].items()) {
+        if (!merged.contains(name)) merged[name] = std::move(value);
+      }
+    }
+    if (!reply.body.contains(list_key) || !reply.body[list_key].is_array()) continue;
     for (Json& item : reply.body[list_key]) {
       item["shard"] = reply.shard;
       list.push_back(std::move(item));
@@ -193,7 +205,7 @@ void HttpApi::ReplyFleetWide(const httplib::Request& req, httplib::Response& res
     }
   }
   local["shards"] = std::move(shards);
-  Reply(res, 200, local);
+  return local;
 }
 
 }  // namespace vigil

@@ -372,7 +372,9 @@ void HttpApi::InstallUiHandlers() {
     const FiringCounts open = o.detection->CountFiring();
     const std::map<std::string, bool> cordoned = CordonState(o.escalation);
     // Repeat offenders ("lemons"): the firing lemon_node incident of a node.
-    std::map<std::string, Json> lemons;
+    // In cluster mode the fleet leader's shard raises them, whichever shard
+    // the node streams to: every shard's lemons are merged below.
+    Json lemons = Json::object();
     IncidentFilter lemon_filter;
     lemon_filter.state = IncidentState::kFiring;
     lemon_filter.text = "lemon_node";
@@ -419,13 +421,20 @@ void HttpApi::InstallUiHandlers() {
            {"last_frame_ts", node.last_frame_ts},
            {"age_seconds", std::max(0.0, now - node.last_frame_ts)},
            {"cordoned", cordon != cordoned.end() && cordon->second},
-           {"lemon", lemons.count(node.node) ? lemons[node.node] : Json(nullptr)},
+           {"lemon", lemons.contains(node.node) ? lemons[node.node] : Json(nullptr)},
            {"incidents", CountsJson(counts == open.by_node.end()
                                         ? std::array<int, 4>{}
                                         : counts->second)}});
     }
-    ReplyFleetWide(req, res, Json{{"now", now}, {"nodes", std::move(nodes)}}, "nodes",
-                   /*newest_first=*/false);
+    Json merged = MergeFleetWide(
+        req, Json{{"now", now}, {"nodes", std::move(nodes)}, {"lemons", std::move(lemons)}},
+        "nodes", /*newest_first=*/false, /*map_key=*/"lemons");
+    const Json& all_lemons = merged["lemons"];
+    for (Json& node : merged["nodes"]) {
+      const std::string name = node.value("node", "");
+      if (node["lemon"].is_null() && all_lemons.contains(name)) node["lemon"] = all_lemons[name];
+    }
+    Reply(res, 200, merged);
   });
 }
 

@@ -383,6 +383,11 @@ grpc::Status IngestService::Open(grpc::CallbackServerContext* context,
   if (absl::Status s = ValidateLabelValue("node", hello.node()); !s.ok())
     return refuse(RejectReason::kBadHello,
                   absl::StrCat("hello: bad node name: ", s.message()));
+  // "@class" names fleet-wide fault classes where node names are keys
+  // (rules/engine.h SaveHistory, etcd implications/: docs/SCALING.md).
+  if (hello.node().starts_with('@'))
+    return refuse(RejectReason::kBadHello,
+                  "hello: bad node name: names starting with '@' are reserved");
   if (hello.agent_instance().empty())
     return refuse(RejectReason::kBadHello, "hello: empty agent_instance");
   if (options_.authenticator != nullptr) {

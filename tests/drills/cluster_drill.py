@@ -12,6 +12,10 @@ vigil-server on loopback, simulated agents of 6 jobs. See docs/SCALING.md.
 4. A new shard joins: the jobs it wins move to it, the others stay.
 5. Packet loss in three jobs of both live shards at once: one fleet-wide
    incident, on the fleet leader's pair only.
+6. One node faulty in three jobs one after the other, the last two on a
+   shard that does not lead the fleet: one repeat offender (lemon_node),
+   on the fleet leader's pair only, shown on the node by every server's
+   /api/v1/nodes.
 Throughout (until 5): no incident other than the injected faults (a node moving
 between shards must not look dead to the shard it left).
 """
@@ -141,7 +145,8 @@ def page_rounds(keys):
 
 def drill_cluster(env, res, short, seed):
     res.injected = ("SIGKILL of a shard leader while it re-pages a P0; a whole pair stopped; "
-                    "a new shard joining; packet loss in three jobs at once")
+                    "a new shard joining; packet loss in three jobs at once; one node faulty in "
+                    "three jobs one after the other")
     etcd = Etcd(env, 1 if short else 3)
     receivers = Receivers(env)
     receivers.start()
@@ -422,7 +427,61 @@ def drill_cluster(env, res, short, seed):
                  f"{min(i.get('ts', 0) for _, i in found) - t_loss:.0f}")
     for a in loss_agents:
         a.stop()
+
+    # 6. One node, an ECC double-bit fault in each of three jobs one after
+    # the other: the first on the fleet leader's shard, the two that
+    # complete it on another. One lemon, raised by the fleet leader's pair.
+    other = [sh for sh in live_shards if sh != fleet_shard]
+    lemon_jobs = []
+    if other:
+        by_owner = {}
+        for i in range(80):
+            job = f"lima{i}-r1"
+            by_owner.setdefault(owner_of(standby, job), []).append(job)
+        lemon_jobs = by_owner.get(fleet_shard, [])[:1] + by_owner.get(other[0], [])[:2]
+    if len(lemon_jobs) == 3:
+        t_lemon = time.time()
+        agent = None
+        for i, job in enumerate(lemon_jobs):
+            if agent is not None:
+                agent.stop()
+            agent = lib.Agent(env, seeds_live, "n30", job, scenario="ecc_dbe", fault_node="n30",
+                              fault_at=4, seed=seed + 30 + i)
+            wait_until(lambda: any(inc.get("job") == job and inc.get("node") == "n30"
+                                   for s in live() for inc in s.local_incidents()), 60, 1)
+
+        def lemons():
+            return [(s, inc) for s in live() for inc in s.local_incidents()
+                    if inc.get("kind") == "lemon_node" and inc.get("node") == "n30"]
+        wait_until(lambda: lemons(), 60, 1)
+        time.sleep(3)  # a second one would show by now
+        found = lemons()
+        holders = sorted({s.shard for s, _ in found})
+        res.check("a node faulty in 3 jobs (2 of them on another shard) is one lemon, "
+                  "opened by the fleet leader's pair",
+                  bool(found) and holders == [fleet_shard],
+                  f"jobs {lemon_jobs} on {[owner_of(standby, j) for j in lemon_jobs]}; fleet "
+                  f"leader's shard {fleet_shard!r}; lemon_node on "
+                  f"{[(s.name, i.get('id')) for s, i in found]}")
+        if found:
+            res.fact("lemon opened after the first job started (s)",
+                     f"{min(i.get('ts', 0) for _, i in found) - t_lemon:.0f}")
+
+        def lemon_on_nodes(server):
+            status, body = server.get("/api/v1/nodes", timeout=5)
+            if status != 200 or not isinstance(body, dict):
+                return None
+            return next((n.get("lemon") for n in body.get("nodes", []) if n.get("node") == "n30"),
+                        None)
+        shown = {s.name: bool(lemon_on_nodes(s)) for s in live()}
+        res.check("every server's /api/v1/nodes shows the node's lemon", all(shown.values()),
+                  f"{shown}")
+        agent.stop()
+    else:
+        res.check("jobs found for the lemon phase", False,
+                  f"live shards {live_shards}, fleet leader's {fleet_shard!r}")
     res.times = ("1 SIGKILL (and restart), 1 ack through the standby, 1 ack through the other "
-                 "shard, 1 pair stopped, 1 shard joined, packet loss in 3 jobs at once")
+                 "shard, 1 pair stopped, 1 shard joined, packet loss in 3 jobs at once, "
+                 "one node faulty in 3 jobs")
     for a in agents:
         a.stop()

@@ -384,6 +384,90 @@ TEST(LifecycleTest, FleetWideFaultsAreCountedEverywhereAndRaisedOnce) {
   EXPECT_EQ(u[0].incident.kind, "fleet_wide_fault");
 }
 
+// Repeat offenders span jobs, and jobs are spread over engines (detection
+// shards, servers): every engine counts, only the one that raises fleet
+// incidents opens the lemon, so a node is one lemon however its jobs were
+// spread - even when an engine that only counts completed it. An engine
+// that starts raising opens what its counts hold, but not a lemon it
+// already knows (here: resolved by an operator).
+TEST(LifecycleTest, RepeatOffendersAreRaisedOnceWhereverTheirJobsRan) {
+  IncidentEngine raiser, counter;
+  counter.set_raises_fleet_incidents(false);
+  counter.set_record_implications(true);
+  raiser.set_record_implications(true);
+  for (int i = 0; i < 3; ++i) {
+    IncidentEngine& e = i == 1 ? raiser : counter;  // the third is the counter's
+    const double ts = 1000 + i * 3600.0;
+    Anomaly a = Make(K::kPeerPowerLow, ts, "job" + std::to_string(i), "n17", 2);
+    Feed(e, {a});
+    Feed(e, {Cleared(a, ts + 10)});
+    std::vector<IncidentEngine::NodeImplication> shared;
+    e.TakeImplications(&shared);
+    ASSERT_EQ(shared.size(), 1u);
+    EXPECT_EQ(shared[0].node, "n17");
+    (i == 1 ? counter : raiser).AddImplication(shared[0]);
+  }
+  EXPECT_TRUE(OfKind(counter, "lemon_node").empty()) << "it counts, it does not raise";
+  EXPECT_TRUE(OfKind(raiser, "lemon_node").empty()) << "raised at its next look";
+  std::vector<IncidentUpdate> u = raiser.Advance(1000 + 2 * 3600.0 + 20);
+  std::vector<Incident> lemons = OfKind(raiser, "lemon_node");
+  ASSERT_EQ(lemons.size(), 1u);
+  EXPECT_EQ(lemons[0].node, "n17");
+  EXPECT_EQ(lemons[0].gpu, 2);
+  EXPECT_EQ(lemons[0].state, IncidentState::kFiring);
+  for (const IncidentUpdate& v : raiser.Advance(1000 + 2 * 3600.0 + 30))
+    EXPECT_NE(v.incident.kind, "lemon_node") << "raised once";
+
+  // An engine that knows the lemon does not open it again when it starts
+  // raising; one that does not know it opens it.
+  IncidentEngine knows;
+  for (int i = 0; i < 3; ++i) {
+    const double ts = 1000 + i * 3600.0;
+    Anomaly a = Make(K::kPeerPowerLow, ts, "job" + std::to_string(i), "n17", 2);
+    Feed(knows, {a});
+    Feed(knows, {Cleared(a, ts + 10)});
+  }
+  ASSERT_EQ(OfKind(knows, "lemon_node").size(), 1u);
+  knows.set_raises_fleet_incidents(false);
+  knows.set_raises_fleet_incidents(true);
+  for (const IncidentUpdate& v : knows.Advance(1000 + 2 * 3600.0 + 20))
+    EXPECT_NE(v.incident.kind, "lemon_node");
+  counter.set_raises_fleet_incidents(true);
+  u = counter.Advance(1000 + 2 * 3600.0 + 20);
+  EXPECT_EQ(OfKind(counter, "lemon_node").size(), 1u);
+}
+
+// The fleet-wide fault windows outlive a restart with the repeat-offender
+// history: two jobs' hangs before it and a third after are one fleet-wide
+// fault. They are saved beside the nodes' histories (under "@hang"), so a
+// history written before them still restores and an older reader takes the
+// new one; a malformed one is refused and changes nothing.
+TEST(LifecycleTest, FleetWideFaultWindowsOutliveARestart) {
+  IncidentEngine before;
+  for (int i = 0; i < 2; ++i) {
+    Feed(before, {Make(K::kJobHang, 1000 + i * 10.0, "job" + std::to_string(i))});
+  }
+  const std::string saved = before.SaveHistory();
+  EXPECT_EQ(nlohmann::json::parse(saved)["@hang"].size(), 2u) << saved;
+  IncidentEngine after;
+  ASSERT_TRUE(after.RestoreHistory(saved).ok()) << saved;
+  Feed(after, {Make(K::kJobHang, 1100, "job2")});
+  ASSERT_EQ(OfKind(after, "fleet_wide_fault").size(), 1u);
+  EXPECT_NE(OfKind(after, "fleet_wide_fault")[0].summary.find("hang faults in 3 jobs"),
+            std::string::npos);
+
+  IncidentEngine old_format;
+  ASSERT_TRUE(old_format
+                  .RestoreHistory(R"({"n17": [{"ts": 1000, "job": "job0", "id": "inc-1",)"
+                                  R"( "kind": "xid_fatal", "gpu": 2}]})")
+                  .ok());
+  const nlohmann::json history = nlohmann::json::parse(old_format.SaveHistory());
+  EXPECT_EQ(history["n17"].size(), 1u) << history.dump();
+  EXPECT_FALSE(old_format.RestoreHistory(R"({"@hang": 3})").ok());
+  EXPECT_FALSE(old_format.RestoreHistory(R"([1])").ok());
+  EXPECT_EQ(nlohmann::json::parse(old_format.SaveHistory()), history) << "nothing changed";
+}
+
 // GPU-hours at risk: the same P2 on a big job that has not saved for 3 h
 // becomes P1, with the figure as evidence; on an 8-GPU job it does not.
 class FakeContext : public JobContextSource {

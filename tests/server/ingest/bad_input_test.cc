@@ -267,6 +267,10 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      RejectReason::kBadHello, "batch 1: hello: bad node name: ",
                      "UTF-8"},
+        BadInputCase{"NodeNameReserved",
+                     [](v1::FrameBatch* b) { b->mutable_hello()->set_node("@network"); },
+                     RejectReason::kBadHello, "batch 1: hello: bad node name: ",
+                     "reserved"},
         BadInputCase{"EmptyAgentInstance",
                      [](v1::FrameBatch* b) {
                        b->mutable_hello()->set_agent_instance("");
