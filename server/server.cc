@@ -29,6 +29,7 @@
 #include "server/cluster/cluster_member.h"
 #include "server/escalation/cluster_link.h"
 #include "server/cluster/ownership.h"
+#include "server/cluster/profile_backups.h"
 #include "server/ingest/ingest_service.h"
 #include "server/remote_write/remote_write.h"
 #include "server/health/store_watch.h"
@@ -144,10 +145,20 @@ absl::Status VigilServer::Start() {
   // Cluster mode: the member (started last) and what its shard owns.
   std::unique_ptr<cluster::ClusterMember> member;
   std::unique_ptr<cluster::Ownership> ownership;
+  std::unique_ptr<cluster::ProfileBackups> profile_backups;
+  std::string peer_secret;  // cluster.peer_secret_file's
   if (options_.cluster.has_value()) {
     VIGIL_ASSIGN_OR_RETURN(member, cluster::ClusterMember::Create(*options_.cluster, clock_));
     ownership = std::make_unique<cluster::Ownership>(options_.cluster->shard,
                                                      options_.detector.lifecycle.family_pattern);
+    profile_backups = std::make_unique<cluster::ProfileBackups>();
+    if (!options_.cluster->peer_secret_file.empty()) {
+      absl::StatusOr<std::string> secret = ReadSecretFile(options_.cluster->peer_secret_file);
+      if (!secret.ok())
+        return absl::Status(secret.status().code(),
+                            absl::StrCat("cluster.peer_secret_file: ", secret.status().message()));
+      peer_secret = *std::move(secret);
+    }
   }
   std::unique_ptr<Watchdog> watchdog;
   if (options_.watchdog.enabled()) {
@@ -241,20 +252,20 @@ absl::Status VigilServer::Start() {
                      value.dump(), ttl);
         };
     // A job that moved here (a shard joined or left) starts from the
-    // baselines its previous shard learned, when that shard still answers.
+    // baselines its previous shard learned, when that shard still answers,
+    // else from the copy it sent here while it lived (its pair died).
     detection_options.fetch_profiles =
-        [own = ownership.get(), transport = transport_](
+        [own = ownership.get(), transport = transport_, backups = profile_backups.get(),
+         clock = clock_, secret = peer_secret](
             const std::string& job) -> std::optional<std::string> {
       // Both members of the old pair learned the job; the one that has
       // learned most (the other may have restarted) gives the most.
       std::optional<std::string> best;
       std::string from;
       for (const std::string& base : own->PreviousOwnersHttp(job)) {
-        OutboundRequest request;
-        request.method = "GET";
-        request.url = absl::StrCat(base, "/api/v1/cluster/profiles?job=",
-                                   httplib::detail::encode_query_param(job));
-        const TransportResult result = transport->Send(request, kProfilesFetchSeconds);
+        const TransportResult result = transport->Send(
+            cluster::SignedProfilesRequest("GET", base, job, "", secret, clock->Now()),
+            kProfilesFetchSeconds);
         const nlohmann::json body = nlohmann::json::parse(result.body, nullptr, false);
         std::string data;
         if (result.http_status == 200 && body.is_object() && body.contains("profiles") &&
@@ -263,6 +274,12 @@ absl::Status VigilServer::Start() {
             (!best.has_value() || data.size() > best->size())) {
           best = std::move(data);
           from = base;
+        }
+      }
+      if (!best.has_value() || best->size() <= kEmptyProfilesBytes) {
+        if (std::optional<std::string> copy = backups->Find(job); copy.has_value()) {
+          best = std::move(copy);
+          from = "the copy its lost shard sent here";
         }
       }
       if (best.has_value() && best->size() > kEmptyProfilesBytes) {
@@ -389,13 +406,8 @@ absl::Status VigilServer::Start() {
   http_options.threads = options_.http_threads;
   http_options.max_requests_per_client = options_.http_max_requests_per_client;
   http_options.secure_cookies = options_.http_secure_cookies;
-  if (options_.cluster.has_value() && !options_.cluster->peer_secret_file.empty()) {
-    absl::StatusOr<std::string> secret = ReadSecretFile(options_.cluster->peer_secret_file);
-    if (!secret.ok())
-      return absl::Status(secret.status().code(),
-                          absl::StrCat("cluster.peer_secret_file: ", secret.status().message()));
-    http_options.sessions.peer_secret = *std::move(secret);
-  }
+  http_options.sessions.peer_secret = peer_secret;
+  http_options.profile_backups = profile_backups.get();
   if (member != nullptr) {
     // Browser sessions hold on every server: behind a load balancer the
     // next request may reach another one (docs/SCALING.md "One view").
@@ -459,7 +471,37 @@ absl::Status VigilServer::Start() {
   watchdog_ = std::move(watchdog);
   if (watchdog_ != nullptr) watchdog_->Start();
   ownership_ = std::move(ownership);
+  profile_backups_ = std::move(profile_backups);
   cluster_ = std::move(member);
+  if (cluster_ != nullptr && !peer_secret.empty() &&
+      options_.cluster->profile_backup_seconds > 0) {
+    // The shard's leader keeps a copy of what it learned of each job on
+    // the shard the job moves to if this pair dies.
+    profile_sender_ = std::make_unique<cluster::ProfileSender>(cluster::ProfileSenderOptions{
+        .ownership = ownership_.get(),
+        .transport = transport_,
+        .peer_secret = peer_secret,
+        .export_profiles = [det = detection_.get()](
+                               const std::string& job) { return det->ExportProfiles(job); },
+        .empty_bytes = kEmptyProfilesBytes});
+    profile_sender_thread_ = std::make_unique<PeriodicThread>(
+        clock_, options_.cluster->profile_backup_seconds,
+        [this] {
+          if (!cluster_->IsShardLeader()) return;
+          std::vector<std::string> jobs;
+          for (const JobSnapshot& job : fleet_->Jobs()) jobs.push_back(job.job);
+          std::vector<std::string> errors;
+          profile_sender_->SendChanged(jobs, clock_->Now(), &errors);
+          // One line a round: a successor that refuses refuses every job.
+          if (!errors.empty())
+            std::fprintf(stderr, "vigil-server: cluster: %s (%zu profile copies not taken)\n",
+                         errors.front().c_str(), errors.size());
+        },
+        [](const std::string& error) {
+          std::fprintf(stderr, "vigil-server: sending profile copies threw %s\n", error.c_str());
+        });
+    profile_sender_thread_->Start();
+  }
   if (cluster_ != nullptr) {
     cluster_->AddListener([own = ownership_.get(), esc = escalation_.get(),
                            det = detection_.get(), shard = options_.cluster->shard](
@@ -493,6 +535,7 @@ absl::Status VigilServer::Start() {
 absl::Status VigilServer::Stop() {
   if (store_ == nullptr) return absl::OkStatus();
   // Leave the cluster first: the standby leads at once, not a lease later.
+  if (profile_sender_thread_ != nullptr) profile_sender_thread_->Stop();
   if (cluster_ != nullptr) cluster_->Stop();
   // An immediate deadline cancels live streams; Shutdown() returns once
   // their handlers have finished.
@@ -517,7 +560,10 @@ absl::Status VigilServer::Stop() {
   changes_.reset();
   absl::Status flushed = store_->Flush();
   store_.reset();
+  profile_sender_thread_.reset();
+  profile_sender_.reset();
   cluster_.reset();
+  profile_backups_.reset();
   ownership_.reset();
   grpc_port_ = 0;
   http_port_ = 0;

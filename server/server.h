@@ -23,6 +23,8 @@ namespace vigil {
 namespace cluster {
 class ClusterMember;
 class Ownership;
+class ProfileBackups;
+class ProfileSender;
 }  // namespace cluster
 
 class SchedulerQuery;
@@ -115,6 +117,11 @@ class VigilServer {
   // Cluster mode (options.cluster): this server's membership in etcd and
   // the jobs its shard owns; null for a single server.
   std::unique_ptr<cluster::Ownership> ownership_;
+  // Copies of other shards' learned profiles, and the thread that sends
+  // this shard's (cluster mode).
+  std::unique_ptr<cluster::ProfileBackups> profile_backups_;
+  std::unique_ptr<cluster::ProfileSender> profile_sender_;
+  std::unique_ptr<PeriodicThread> profile_sender_thread_;
   std::unique_ptr<cluster::ClusterMember> cluster_;
   int grpc_port_ = 0;
   int http_port_ = 0;

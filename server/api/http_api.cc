@@ -299,12 +299,17 @@ void HttpApi::InstallHandlers() {
                                         "; retry when one has finished"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    // Everything under /api/ but sign-in and Twilio's signed callback, and
-    // /metrics (it names jobs and nodes), needs a viewer unless anonymous
-    // reads are allowed. /healthz and the UI's static files do not.
+    // Everything under /api/ but sign-in, Twilio's signed callback and
+    // signed peer requests, and /metrics (it names jobs and nodes), needs a
+    // viewer unless anonymous reads are allowed. /healthz and the UI's
+    // static files do not.
+    // A signed request of another server of the fleet for a job's
+    // profiles carries no user's token; its handler checks the signature.
+    const bool peer = req.path == cluster::kProfilesPath &&
+                      req.has_header(cluster::kPeerSignatureHeader);
     const bool gated = (req.path.rfind("/api/", 0) == 0 &&
                         req.path != "/api/v1/session" &&
-                        req.path != "/api/v1/callbacks/twilio/voice") ||
+                        req.path != "/api/v1/callbacks/twilio/voice" && !peer) ||
                        req.path == "/metrics";
     if (options_.auth == nullptr || !gated)
       return httplib::Server::HandlerResponse::Unhandled;

@@ -41,6 +41,7 @@
 #include "server/api/web_sessions.h"
 #include "server/cluster/cluster_member.h"
 #include "server/cluster/ownership.h"
+#include "server/cluster/profile_backups.h"
 #include "storage/series_store.h"
 
 namespace httplib {
@@ -103,6 +104,11 @@ struct HttpApiOptions {
   Transport* transport = nullptr;
   // Seconds a fanned-out request may take before its shard is marked.
   double fan_out_timeout_seconds = 3;
+  // Cluster mode: takes the learned profiles other shards send for the
+  // jobs that would move here if their pair died (POST
+  // /api/v1/cluster/profiles, signed with sessions.peer_secret). Null:
+  // such requests are refused.
+  cluster::ProfileBackups* profile_backups = nullptr;
   // Mark the session cookie Secure (the UI is served over TLS, e.g. behind
   // a proxy). It is also Secure when a request says X-Forwarded-Proto: https.
   bool secure_cookies = false;

@@ -78,13 +78,39 @@ void HttpApi::InstallClusterHandlers() {
     Reply(res, 200, body);
   });
   // What this server learned of a job (Detector::ExportProfiles), for the
-  // shard that takes the job over.
-  server_->Get("/api/v1/cluster/profiles", [&o](const httplib::Request& req,
+  // shard that takes the job over: a viewer may read it, and so may another
+  // server of the fleet that signs its request with the peer secret.
+  server_->Get(cluster::kProfilesPath, [&o](const httplib::Request& req,
                                                httplib::Response& res) {
     const std::string job = req.get_param_value("job");
     if (job.empty()) return ReplyError(res, 400, "parameter 'job': required");
+    if (req.has_header(cluster::kPeerSignatureHeader)) {
+      absl::Status peer = cluster::VerifyPeerRequest(
+          o.sessions.peer_secret, req.get_header_value(cluster::kPeerTimestampHeader),
+          req.get_header_value(cluster::kPeerSignatureHeader), "GET", cluster::ProfilesTarget(job), "",
+          o.clock->Now());
+      if (!peer.ok()) return ReplyStatus(res, peer);
+    }
     const std::string data = o.detection->ExportProfiles(job);
     Reply(res, 200, Json{{"job", job}, {"profiles", absl::Base64Escape(data)}});
+  });
+  // A copy of what another shard learned of a job that would move here if
+  // that shard's pair died (server/cluster/profile_backups.h). The body is
+  // the export itself; only a server of the fleet may send one.
+  server_->Post(cluster::kProfilesPath, [&o](const httplib::Request& req,
+                                                httplib::Response& res) {
+    const std::string job = req.get_param_value("job");
+    if (job.empty()) return ReplyError(res, 400, "parameter 'job': required");
+    absl::Status peer = cluster::VerifyPeerRequest(
+        o.sessions.peer_secret, req.get_header_value(cluster::kPeerTimestampHeader),
+        req.get_header_value(cluster::kPeerSignatureHeader), "POST", cluster::ProfilesTarget(job), req.body,
+        o.clock->Now());
+    if (!peer.ok()) return ReplyStatus(res, peer);
+    if (o.profile_backups == nullptr)
+      return ReplyError(res, 404, "this server keeps no profile copies (not in cluster mode)");
+    if (absl::Status held = o.profile_backups->Hold(job, req.body); !held.ok())
+      return ReplyStatus(res, held);
+    Reply(res, 200, Json{{"job", job}, {"bytes", req.body.size()}});
   });
 }
 

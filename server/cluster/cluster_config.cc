@@ -10,7 +10,8 @@ void ParseClusterSection(const nlohmann::json& section, JsonConfigReader& r,
                      {"etcd_endpoints", "etcd_ca_file", "etcd_cert_file", "etcd_key_file",
                       "etcd_username", "etcd_password_file", "peer_secret_file", "prefix",
                       "shard", "replica",
-                      "advertise_grpc", "advertise_http", "lease_seconds", "poll_seconds"})) {
+                      "advertise_grpc", "advertise_http", "lease_seconds", "poll_seconds",
+                      "profile_backup_seconds"})) {
     return;
   }
   ClusterOptions o;
@@ -28,6 +29,7 @@ void ParseClusterSection(const nlohmann::json& section, JsonConfigReader& r,
   r.String(section, path, "advertise_http", &o.advertise_http);
   r.Integer(section, path, "lease_seconds", 2, 60, 1, &o.lease_seconds);
   r.Positive(section, path, "poll_seconds", 1, 20, &o.poll_seconds);
+  r.Integer(section, path, "profile_backup_seconds", 0, 86400, 1, &o.profile_backup_seconds);
   *out = std::move(o);
 }
 

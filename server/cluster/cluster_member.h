@@ -53,6 +53,10 @@ struct ClusterOptions {
   int lease_seconds = 5;
   // How often membership and leadership are read (and the lease renewed).
   double poll_seconds = 1.0;
+  // How often the shard's leader sends the learned profiles of its jobs
+  // that changed to the shard each would move to if this pair died
+  // (server/cluster/profile_backups.h); 0: never. Needs peer_secret_file.
+  double profile_backup_seconds = 60;
 };
 
 // kInvalidArgument naming the field when `options` cannot be used.

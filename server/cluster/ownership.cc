@@ -86,6 +86,22 @@ std::vector<std::string> Ownership::PreviousOwnersHttp(std::string_view job) con
   return out;
 }
 
+std::vector<std::string> Ownership::SuccessorsHttp(std::string_view job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string family = families_.FamilyOf(job);
+  std::vector<Member> others;
+  for (const Member& member : map_.members()) {
+    if (member.shard != self_) others.push_back(member);
+  }
+  const ShardMap without_us(std::move(others));
+  std::vector<std::string> out;
+  const std::string successor =
+      without_us.OwnerOfFamily(family.empty() ? job : std::string_view(family));
+  if (successor.empty()) return out;
+  for (const Member& member : without_us.MembersOf(successor)) out.push_back(member.http);
+  return out;
+}
+
 uint64_t Ownership::version() const {
   std::lock_guard<std::mutex> lock(mu_);
   return version_;

@@ -47,6 +47,11 @@ class Ownership {
   // those that owned it under the last few maps, when that is not this
   // server's shard. Empty when the old owners are gone (a lost pair).
   std::vector<std::string> PreviousOwnersHttp(std::string_view job) const;
+  // Where `job` goes if this server's shard is lost: the HTTP base URLs of
+  // the members of the shard that would own it without this one (with
+  // rendezvous hashing, the shard the job moves to when this pair dies).
+  // Empty when no other shard is known.
+  std::vector<std::string> SuccessorsHttp(std::string_view job) const;
   uint64_t version() const;
   const std::string& self() const { return self_; }
 

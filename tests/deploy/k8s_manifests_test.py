@@ -53,11 +53,11 @@ K8S = SRC / "deploy" / "k8s"
 SYSTEMD = SRC / "deploy" / "systemd"
 APP_LABEL = "app.kubernetes.io/name"
 SERVER_APP = "vigil-server"
-# The "cluster" section's keys (docs/SCALING.md, "Configuration";
-# server/cluster/cluster_member.h, ClusterOptions).
-CLUSTER_KEYS = {"etcd_endpoints", "etcd_ca_file", "etcd_cert_file", "etcd_key_file",
-                "etcd_username", "etcd_password_file", "prefix", "shard", "replica",
-                "advertise_grpc", "advertise_http", "lease_seconds", "poll_seconds"}
+# The "cluster" section's keys, as the server's parser knows them
+# (server/cluster/cluster_config.cc; docs/SCALING.md, "Configuration").
+CLUSTER_KEYS = set(re.findall(r'"(\w+)"', re.search(
+    r"CheckObject\(section, path,\s*\{([^}]*)\}",
+    (SRC / "server" / "cluster" / "cluster_config.cc").read_text()).group(1)))
 REQUIRED_ARGS = ("--shard=", "--replica=", "--advertise-grpc=", "--advertise-http=")
 
 

@@ -8,7 +8,8 @@ vigil-server on loopback, simulated agents of 6 jobs. See docs/SCALING.md.
    incident of one shard is acted on through a server of the other, with
    an API token and with a browser session (vouched for with the fleet's
    peer secret).
-3. Stop a whole pair: its jobs move to the other shard and are watched again.
+3. Stop a whole pair: its jobs move to the other shard and are watched again,
+   from the baselines the lost pair learned (copies it sent while alive).
 4. A new shard joins: the jobs it wins move to it, the others stay.
 5. Packet loss in three jobs of both live shards at once: one fleet-wide
    incident, on the fleet leader's pair only.
@@ -88,7 +89,10 @@ class Member(Server):
             "etcd_endpoints": etcd.endpoints, "prefix": "/vigil-drill",
             "shard": shard, "replica": replica, "peer_secret_file": str(secret_file),
             "advertise_grpc": cfg["grpc_listen"],
-            "advertise_http": "http://" + cfg["http_listen"], "lease_seconds": 5}
+            "advertise_http": "http://" + cfg["http_listen"], "lease_seconds": 5,
+            # Copies of the learned profiles go to each job's successor
+            # shard every 5 s (60 s by default) so phase 3 finds them.
+            "profile_backup_seconds": 5}
         super().__init__(env, cfg, name=f"server-{shard}{replica}")
         self.shard, self.replica = shard, replica
 
@@ -334,6 +338,24 @@ def drill_cluster(env, res, short, seed):
     for s in [s for s in live() if s.shard == "s1"]:
         s.proc.stop()
 
+    def baseline_sources(server, moved_jobs):
+        """How many of the moved jobs' gpu_power_watts series on `server`
+        have each baseline source, once past their re-warm there."""
+        def baselines():
+            out = []
+            for job in moved_jobs:
+                node = next(a.node for a in agents if a.job == job)
+                for series in server.api(
+                        f"/api/v1/series?metric=gpu_power_watts&node={node}")["series"]:
+                    out.append(server.api(f"/api/v1/baseline?series={series['id']}"))
+            return out
+        # Past the node's re-warm on its new shard, its series take samples.
+        wait_until(lambda: all(b.get("evaluated", 0) > 0 for b in baselines()), 30, 1)
+        sources = {}
+        for b in baselines():
+            sources[b.get("source")] = sources.get(b.get("source"), 0) + 1
+        return sources
+
     def watched_on(server, job, since):
         j = server.local_jobs().get(job)
         return j is not None and j.get("last_frame_ts", 0) >= since
@@ -342,6 +364,13 @@ def drill_cluster(env, res, short, seed):
     res.check("a stopped pair's jobs are watched by the other shard", moved,
               f"{len(s1_jobs)} jobs; after {time.time() - t_stop:.0f} s")
     res.fact("whole pair stopped: its jobs watched again after (s)", f"{time.time() - t_stop:.0f}")
+    # ...starting from the baselines s1 learned: its leader sent copies of
+    # their profiles to s0, the shard they move to without s1.
+    lost_sources = baseline_sources(standby, s1_jobs)
+    res.check("they start from the baselines the lost pair learned (copies it sent)",
+              lost_sources.get("inherited", 0) + lost_sources.get("learned", 0) > 0
+              and lost_sources.get("learning", 0) == 0,
+              f"{s1_jobs}: baseline source of their gpu_power_watts series on s0: {lost_sources}")
 
     # 4. A new shard joins: the jobs it wins move to it.
     newcomer = Member(env, etcd, receivers, "s2", "a")
@@ -360,20 +389,7 @@ def drill_cluster(env, res, short, seed):
         # The jobs s0 ran from the start had learned baselines there; those
         # that came from the stopped pair had not had time to on s0.
         carried = [j for j in wins if owners[j] == "s0"]
-
-        def baselines():
-            out = []
-            for job in carried:
-                node = next(a.node for a in agents if a.job == job)
-                for series in newcomer.api(
-                        f"/api/v1/series?metric=gpu_power_watts&node={node}")["series"]:
-                    out.append(newcomer.api(f"/api/v1/baseline?series={series['id']}"))
-            return out
-        # Past the node's re-warm on its new shard, its series take samples.
-        wait_until(lambda: all(b.get("evaluated", 0) > 0 for b in baselines()), 30, 1)
-        sources = {}
-        for b in baselines():
-            sources[b.get("source")] = sources.get(b.get("source"), 0) + 1
+        sources = baseline_sources(newcomer, carried)
         if carried:
             res.check("they keep their baselines (their series start from the old shard's)",
                       sources.get("inherited", 0) + sources.get("learned", 0) > 0

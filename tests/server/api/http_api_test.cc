@@ -268,6 +268,26 @@ TEST_F(HttpApiTest, MetricsAreValidExposition) {
       << r.body;
 }
 
+// A job's learned profiles can be read (by a viewer, or a signed peer), but
+// a copy can be given only by a server of the fleet: a POST without the
+// fleet's signature, or to a server without the peer secret, is refused
+// and nothing is kept (server/cluster/profile_backups.h).
+TEST_F(HttpApiTest, ProfileCopiesAreTakenOnlyFromSignedPeers) {
+  const Json read = GetJson("/api/v1/cluster/profiles?job=llm");
+  EXPECT_EQ(read["job"], "llm");
+  EXPECT_TRUE(read["profiles"].is_string());
+  HttpResult unsigned_copy =
+      HttpCall(port(), "POST", "/api/v1/cluster/profiles?job=llm", "VGPF....", "");
+  EXPECT_EQ(unsigned_copy.status, 401) << unsigned_copy.body;
+  HttpResult signed_copy = HttpSend(
+      port(), "POST", "/api/v1/cluster/profiles?job=llm", "VGPF....",
+      {{"X-Vigil-Timestamp", "1800000000"}, {"X-Vigil-Signature", "v1=00"}});
+  EXPECT_EQ(signed_copy.status, 401) << signed_copy.body;
+  EXPECT_NE(signed_copy.body.find("peer_secret_file"), std::string::npos) << signed_copy.body;
+  EXPECT_EQ(GetJson("/api/v1/cluster/profiles", 400)["error"].get<std::string>(),
+            "parameter 'job': required");
+}
+
 TEST_F(HttpApiTest, RootWithoutWebDirIs404) {
   EXPECT_EQ(HttpGet(port(), "/").status, 404);
 }

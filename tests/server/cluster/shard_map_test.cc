@@ -179,6 +179,40 @@ TEST(OwnershipTest, AMovedJobsPreviousOwnersAreFound) {
   }
 }
 
+// A job's successors are the members of the shard it moves to when its
+// owner's pair is lost: where the owner keeps copies of its baselines.
+TEST(OwnershipTest, AJobsSuccessorsAreWhereItGoesWhenItsPairIsLost) {
+  const std::vector<Member> all = {M("s0", "a"), M("s0", "b"), M("s1", "a"), M("s1", "b"),
+                                   M("s2", "a")};
+  Ownership s0("s0", kFamilyPattern);
+  s0.SetMap(ShardMap(all));
+  Ownership s1("s1", kFamilyPattern);
+  s1.SetMap(ShardMap(all));
+  std::vector<Member> without_s0;
+  for (const Member& m : all) {
+    if (m.shard != "s0") without_s0.push_back(m);
+  }
+  Ownership survivor("s1", kFamilyPattern);
+  survivor.SetMap(ShardMap(without_s0));
+  int checked = 0;
+  for (int i = 0; i < 60; ++i) {
+    const std::string job = absl::StrCat("job", i, "-r1");
+    if (!s0.Owner(job, "n").ours) continue;
+    ++checked;
+    const std::vector<std::string> successors = s0.SuccessorsHttp(job);
+    const std::string after = survivor.Owner(job, "n").shard;
+    ASSERT_FALSE(successors.empty()) << job;
+    EXPECT_EQ(successors.front(), absl::StrCat("http://", after, "a:8080")) << job;
+    EXPECT_EQ(successors.size(), after == "s1" ? 2u : 1u) << "every member of the pair";
+    // Another incarnation of the family has the same successors.
+    EXPECT_EQ(s0.SuccessorsHttp(absl::StrCat("job", i, "-r2")), successors);
+  }
+  EXPECT_GT(checked, 5);
+  Ownership alone("s0", kFamilyPattern);
+  alone.SetMap(ShardMap({M("s0", "a"), M("s0", "b")}));
+  EXPECT_TRUE(alone.SuccessorsHttp("job1-r1").empty());
+}
+
 TEST(OwnershipTest, ANewMapInvalidatesCachedAnswers) {
   Ownership ownership("s0", kFamilyPattern);
   ownership.SetMap(ShardMap({M("s0", "a")}));

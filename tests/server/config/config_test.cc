@@ -90,13 +90,18 @@ TEST(ConfigTest, ClusterSection) {
   absl::Status s = ParseServerConfig(R"({"cluster": {
     "etcd_endpoints": ["http://127.0.0.1:2379"], "prefix": "/v", "shard": "s0",
     "replica": "a", "advertise_grpc": "h:7070", "advertise_http": "http://h:8080",
-    "lease_seconds": 6, "poll_seconds": 2}})",
+    "lease_seconds": 6, "poll_seconds": 2, "profile_backup_seconds": 30}})",
                                      &options);
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_TRUE(options.cluster.has_value());
   EXPECT_EQ(options.cluster->shard, "s0");
   EXPECT_EQ(options.cluster->lease_seconds, 6);
   EXPECT_EQ(options.cluster->poll_seconds, 2);
+  EXPECT_EQ(options.cluster->profile_backup_seconds, 30);
+  ServerOptions bad_backup;
+  s = ParseServerConfig(R"({"cluster": {"profile_backup_seconds": -5}})", &bad_backup);
+  EXPECT_NE(std::string(s.message()).find("cluster.profile_backup_seconds"), std::string::npos)
+      << s;
   EXPECT_TRUE(ValidateServerOptions(options).ok()) << ValidateServerOptions(options);
 
   // etcd over TLS, with a client certificate and a user.
