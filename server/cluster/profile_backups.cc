@@ -52,6 +52,8 @@ OutboundRequest SignedProfilesRequest(std::string_view method, std::string_view 
 int ProfileSender::SendChanged(const std::vector<std::string>& jobs, double now,
                                std::vector<std::string>* errors) {
   const ProfileSenderOptions& o = options_;
+  if (o.resend_every_calls > 0 && calls_++ % o.resend_every_calls == o.resend_every_calls - 1)
+    sent_.clear();
   int delivered = 0;
   absl::flat_hash_map<std::string, size_t> still_sent;  // forget jobs gone
   for (const std::string& job : jobs) {

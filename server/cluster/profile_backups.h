@@ -97,11 +97,16 @@ struct ProfileSenderOptions {
   // Exports this size or smaller hold no profile and are not sent.
   size_t empty_bytes = 0;
   double timeout_seconds = 5;
+  // Every this many calls every job's copy is sent again, changed or not:
+  // a successor keeps copies in memory only, and one that restarted
+  // within its lease (so the map never changed) lost them.
+  int resend_every_calls = 10;
 };
 
 // Sends the profiles of the jobs a shard watches to each job's successors
-// (Ownership::SuccessorsHttp), a job's only when they changed since they
-// last reached every successor. Not thread-safe: one caller (the shard
+// (Ownership::SuccessorsHttp), a job's only when they or its successors
+// changed since they last reached every successor, and all of them every
+// resend_every_calls calls. Not thread-safe: one caller (the shard
 // leader's periodic thread).
 class ProfileSender {
  public:
@@ -118,6 +123,7 @@ class ProfileSender {
   const ProfileSenderOptions options_;
   // Per job: a hash of the export every successor took last.
   absl::flat_hash_map<std::string, size_t> sent_;
+  int calls_ = 0;
 };
 
 }  // namespace vigil::cluster

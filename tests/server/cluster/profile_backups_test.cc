@@ -1,9 +1,14 @@
 #include "server/cluster/profile_backups.h"
 
+#include <map>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "notify/signing.h"
+#include "server/cluster/ownership.h"
+#include "server/cluster/shard_map.h"
 
 namespace vigil::cluster {
 namespace {
@@ -55,6 +60,90 @@ TEST(ProfileBackupsTest, PeerRequestsMustBeSignedForWhatTheyCarry) {
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(VerifyPeerRequest(secret, ts, "", "POST", target, "body", now).code(),
             absl::StatusCode::kUnauthenticated);
+}
+
+// Records what is sent; answers 200 unless the URL is in `refuse`.
+class RecordingTransport : public Transport {
+ public:
+  TransportResult Send(const OutboundRequest& request, double) override {
+    sent.push_back(request);
+    TransportResult result;
+    result.http_status = refuse.count(request.url) > 0 ? 503 : 200;
+    return result;
+  }
+  std::vector<OutboundRequest> sent;
+  std::map<std::string, bool> refuse;
+};
+
+std::string Header(const OutboundRequest& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+// The sender gives each job's export to both members of its successor,
+// signed; sends it again only when it changed, when a successor did not
+// take it, or every resend_every_calls calls; skips jobs of other shards
+// and exports that hold no profile.
+TEST(ProfileSenderTest, SendsWhatChangedToTheSuccessorsSigned) {
+  const std::string kFamily = R"(^(.*[^-_.])[-_.](?:r|run|attempt|retry|restart)\d+$)";
+  Ownership own("s0", kFamily);
+  own.SetMap(ShardMap({Member{"s0", "a", "s0a:1", "http://s0a"},
+                       Member{"s1", "a", "s1a:1", "http://s1a"},
+                       Member{"s1", "b", "s1b:1", "http://s1b"}}));
+  std::vector<std::string> ours, theirs;
+  for (int i = 0; i < 40 && (ours.size() < 3 || theirs.empty()); ++i) {
+    const std::string job = absl::StrCat("job", i, "-r1");
+    (own.Owner(job, "").ours ? ours : theirs).push_back(job);
+  }
+  ASSERT_GE(ours.size(), 3u);
+  ASSERT_FALSE(theirs.empty());
+  std::map<std::string, std::string> exports;
+  for (const std::string& job : ours) exports[job] = "profiles of " + job;
+  exports[ours[2]] = "e";  // holds no profile
+  exports[theirs[0]] = "profiles of someone else's job";
+  RecordingTransport transport;
+  ProfileSender sender(ProfileSenderOptions{
+      .ownership = &own,
+      .transport = &transport,
+      .peer_secret = "fleet-secret",
+      .export_profiles = [&](const std::string& job) { return exports[job]; },
+      .empty_bytes = 1,
+      .resend_every_calls = 4});
+  std::vector<std::string> jobs = ours;
+  jobs.push_back(theirs[0]);
+  const double now = 1'800'000'000;
+
+  EXPECT_EQ(sender.SendChanged(jobs, now), 4);  // 2 jobs x 2 members
+  ASSERT_EQ(transport.sent.size(), 4u);
+  for (const OutboundRequest& r : transport.sent) {
+    EXPECT_EQ(r.method, "POST");
+    EXPECT_TRUE(r.url.starts_with("http://s1a/api/v1/cluster/profiles?job=") ||
+                r.url.starts_with("http://s1b/api/v1/cluster/profiles?job="))
+        << r.url;
+    const std::string job = r.url.substr(r.url.find("job=") + 4);
+    EXPECT_EQ(r.body, exports[job]);
+    EXPECT_TRUE(VerifyPeerRequest("fleet-secret", Header(r, kPeerTimestampHeader),
+                                  Header(r, kPeerSignatureHeader), "POST",
+                                  ProfilesTarget(job), r.body, now)
+                    .ok())
+        << r.url;
+  }
+  transport.sent.clear();
+  EXPECT_EQ(sender.SendChanged(jobs, now + 60), 0) << "nothing changed";
+
+  exports[ours[0]] = "more learned of " + ours[0];
+  transport.refuse["http://s1b/api/v1/cluster/profiles?job=" + ours[0]] = true;
+  std::vector<std::string> errors;
+  EXPECT_EQ(sender.SendChanged(jobs, now + 120, &errors), 1);  // s1a took it, s1b did not
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("HTTP 503"), std::string::npos) << errors[0];
+  transport.refuse.clear();
+  transport.sent.clear();
+  // The fourth call sends everything again, the refused copy included.
+  EXPECT_EQ(sender.SendChanged(jobs, now + 180), 4);
+  EXPECT_EQ(transport.sent.size(), 4u);
 }
 
 }  // namespace
