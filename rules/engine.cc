@@ -124,6 +124,12 @@ struct Tracked {
   bool risk_raised = false;
   std::string lemon_node;  // set for a lemon_node incident
   std::string fleet_cause;  // set for a fleet_wide_fault incident
+  // Since it (re)opened: its node was counted toward a lemon, and it was
+  // counted as a fault of its fleet-wide class. An incident that opens as
+  // a P3 and becomes P2 hardware (a baseline deviation joined by the
+  // throttle that explains it) counts when it becomes one.
+  bool implicated = false;
+  bool fleet_noted = false;
 };
 
 std::string Where(const Tracked& t) {
@@ -188,8 +194,9 @@ struct IncidentEngine::Impl {
                     std::vector<IncidentUpdate>* out);
   // Ends the conditions of a.job (on a.node when set) but node silence.
   void EndConditions(const Anomaly& a);
-  // Records that `t` implicated its node; opens or updates a lemon.
-  void Implicate(const Tracked& t, std::vector<IncidentUpdate>* out);
+  // Records that `t` implicated its node, once since it (re)opened, if it
+  // is of a kind and severity that does; opens or updates a lemon.
+  void Implicate(Tracked& t, std::vector<IncidentUpdate>* out);
   // Opens or grows the lemon of `node` if its window holds lemon_jobs jobs
   // (and this engine raises fleet incidents).
   void CheckLemon(const std::string& node, std::vector<IncidentUpdate>* out);
@@ -200,8 +207,9 @@ struct IncidentEngine::Impl {
   bool record_implications = false;
   // Lemons whose window expired; GPU-hours at risk.
   void CheckLemons(std::vector<IncidentUpdate>* out);
-  // Records `t` as a fault of its fleet-wide class, if it has one.
-  void NoteFleetFault(const Tracked& t);
+  // Records `t` as a fault of its fleet-wide class, if it has one (once
+  // since it (re)opened).
+  void NoteFleetFault(Tracked& t);
   // Opens, grows or clears the fleet-wide fault of each class.
   void CheckFleet(std::vector<IncidentUpdate>* out);
   // Raises what other engines' implications completed: lemons of dirty
@@ -446,6 +454,8 @@ void IncidentEngine::Impl::Attach(Tracked& t, const std::string& key,
   } else if (grew) {
     Emit(UpdateType::kEvidenceAdded, a.ts, t, out);
   }
+  Implicate(t, out);
+  NoteFleetFault(t);
 }
 
 void IncidentEngine::Impl::Reraise(Tracked& t, const std::string& key,
@@ -484,6 +494,8 @@ void IncidentEngine::Impl::Reraise(Tracked& t, const std::string& key,
   } else if (update && was_active) {
     Emit(UpdateType::kEvidenceAdded, a.ts, t, out);
   }
+  Implicate(t, out);
+  NoteFleetFault(t);
 }
 
 void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
@@ -522,6 +534,8 @@ void IncidentEngine::Impl::OpenOrReopen(const std::string& key,
   t->primary_rule = rule;
   t->primary_key = key;
   t->risk_raised = false;
+  t->implicated = false;
+  t->fleet_noted = false;
   if (a.kind == AnomalyKind::kRepeatOffender) t->lemon_node = a.node;
   if (a.kind == AnomalyKind::kFleetWideFault) t->fleet_cause = a.dev;
   t->inc.kind = rule->name;
@@ -733,14 +747,15 @@ void IncidentEngine::Impl::EndConditions(const Anomaly& a) {
   }
 }
 
-void IncidentEngine::Impl::Implicate(const Tracked& t,
+void IncidentEngine::Impl::Implicate(Tracked& t,
                                      std::vector<IncidentUpdate>* out) {
-  if (t.inc.node.empty() || t.inc.job.empty() || !t.lemon_node.empty() ||
+  if (t.implicated || t.inc.node.empty() || t.inc.job.empty() || !t.lemon_node.empty() ||
       t.inc.severity > Severity::kP2 ||
       !(t.category == C::kGpuHardware || t.category == C::kCommunication ||
         t.category == C::kNode)) {
     return;
   }
+  t.implicated = true;
   std::deque<Implication>& h = implicated[t.inc.node];
   h.push_back({t.inc.ts, t.inc.job, t.inc.id, t.inc.kind, t.inc.gpu});
   if (record_implications)
@@ -796,9 +811,10 @@ void IncidentEngine::Impl::CheckLemon(const std::string& node,
   OpenOrReopen(key, a, rule, out);
 }
 
-void IncidentEngine::Impl::NoteFleetFault(const Tracked& t) {
+void IncidentEngine::Impl::NoteFleetFault(Tracked& t) {
   const char* cause = FleetCauseOf(t);
-  if (cause == nullptr || rules.settings.fleet_jobs <= 0) return;
+  if (t.fleet_noted || cause == nullptr || rules.settings.fleet_jobs <= 0) return;
+  t.fleet_noted = true;
   // When it (re)opened: a fault that came back counts now.
   const double ts = t.inc.last_update_ts;
   std::deque<Implication>& h = fleet_faults[cause];

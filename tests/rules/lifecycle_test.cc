@@ -384,6 +384,37 @@ TEST(LifecycleTest, FleetWideFaultsAreCountedEverywhereAndRaisedOnce) {
   EXPECT_EQ(u[0].incident.kind, "fleet_wide_fault");
 }
 
+// An incident that opens as a P3 (a GPU's series above its band) and
+// becomes P2 hardware when the throttle that explains it joins still
+// implicates its node: the same GPU throttling in three jobs is a lemon.
+// It counts once, however often it is raised again.
+TEST(LifecycleTest, AnIncidentThatBecomesHardwareLaterImplicatesItsNode) {
+  IncidentEngine e;
+  for (int i = 0; i < 3; ++i) {
+    const std::string job = "job" + std::to_string(i);
+    const double ts = 1000 + i * 86400.0;
+    Anomaly high = Make(K::kBaselineHigh, ts, job, "n60", 0);
+    high.metric = "gpu_temperature_celsius";
+    high.series_id = 100 + i;
+    Feed(e, {high});
+    ASSERT_EQ(OfKind(e, "lemon_node").size(), 0u);
+    Anomaly throttle = Make(K::kThermalThrottle, ts + 20, job, "n60", 0);
+    for (int k = 0; k < 3; ++k) Feed(e, {throttle});  // raised again
+    bool p2 = false;
+    for (const Incident& inc : e.Incidents()) {
+      p2 |= inc.job == job && inc.kind == "gpu_thermal_throttle" && inc.severity == Severity::kP2;
+    }
+    ASSERT_TRUE(p2) << "job " << job;
+  }
+  const std::vector<Incident> lemons = OfKind(e, "lemon_node");
+  ASSERT_EQ(lemons.size(), 1u);
+  EXPECT_EQ(lemons[0].node, "n60");
+  EXPECT_EQ(lemons[0].gpu, 0);
+  EXPECT_NE(lemons[0].evidence.back().anomaly.detail.find("3 incidents in 3 jobs"),
+            std::string::npos)
+      << lemons[0].evidence.back().anomaly.detail;
+}
+
 // Repeat offenders span jobs, and jobs are spread over engines (detection
 // shards, servers): every engine counts, only the one that raises fleet
 // incidents opens the lemon, so a node is one lemon however its jobs were
