@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "notify/signing.h"
@@ -56,6 +57,9 @@ int ProfileSender::SendChanged(const std::vector<std::string>& jobs, double now,
     sent_.clear();
   int delivered = 0;
   absl::flat_hash_map<std::string, size_t> still_sent;  // forget jobs gone
+  // A successor that failed once is not tried again this round: a hung
+  // one would hold the round (and the server's Stop) for a timeout a job.
+  absl::flat_hash_set<std::string> failed;
   for (const std::string& job : jobs) {
     if (job.empty() || !o.ownership->Owner(job, "").ours) continue;
     std::string data = o.export_profiles(job);
@@ -70,6 +74,10 @@ int ProfileSender::SendChanged(const std::vector<std::string>& jobs, double now,
     }
     bool all = true;
     for (const std::string& base : successors) {
+      if (failed.contains(base)) {
+        all = false;
+        continue;
+      }
       const TransportResult result =
           o.transport->Send(SignedProfilesRequest("POST", base, job, data, o.peer_secret, now),
                             o.timeout_seconds);
@@ -78,6 +86,7 @@ int ProfileSender::SendChanged(const std::vector<std::string>& jobs, double now,
         continue;
       }
       all = false;
+      failed.insert(base);
       if (errors != nullptr)
         errors->push_back(absl::StrCat(base, " refused the profiles of ", job, ": ",
                                        result.http_status == 0 ? result.error

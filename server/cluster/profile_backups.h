@@ -114,8 +114,9 @@ class ProfileSender {
 
   // Sends what changed of `jobs` (those this shard owns; others are
   // skipped) at unix time `now`. Returns how many copies were delivered;
-  // a successor that does not take one is tried again next time (its
-  // failure is in `errors`, if given).
+  // a successor that does not take one is not tried again this round, and
+  // what it missed is sent next time (its failure is in `errors`, if
+  // given).
   int SendChanged(const std::vector<std::string>& jobs, double now,
                   std::vector<std::string>* errors = nullptr);
 

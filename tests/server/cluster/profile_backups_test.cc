@@ -134,9 +134,13 @@ TEST(ProfileSenderTest, SendsWhatChangedToTheSuccessorsSigned) {
   EXPECT_EQ(sender.SendChanged(jobs, now + 60), 0) << "nothing changed";
 
   exports[ours[0]] = "more learned of " + ours[0];
+  exports[ours[1]] = "more learned of " + ours[1];
   transport.refuse["http://s1b/api/v1/cluster/profiles?job=" + ours[0]] = true;
+  transport.sent.clear();
   std::vector<std::string> errors;
-  EXPECT_EQ(sender.SendChanged(jobs, now + 120, &errors), 1);  // s1a took it, s1b did not
+  // s1a takes both; s1b refuses the first and is not asked again this round.
+  EXPECT_EQ(sender.SendChanged(jobs, now + 120, &errors), 2);
+  EXPECT_EQ(transport.sent.size(), 3u);
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].find("HTTP 503"), std::string::npos) << errors[0];
   transport.refuse.clear();
