@@ -25,6 +25,11 @@ void Ownership::SetMap(const ShardMap& map) {
     if (previous_.size() > kMapHistory) previous_.pop_back();
   }
   map_ = map;
+  std::vector<Member> others;
+  for (const Member& member : map_.members()) {
+    if (member.shard != self_) others.push_back(member);
+  }
+  without_us_ = ShardMap(std::move(others));
   const std::vector<std::string>& shards = map_.shards();
   self_in_map_ = std::find(shards.begin(), shards.end(), self_) != shards.end();
   by_job_.clear();
@@ -69,11 +74,7 @@ std::vector<std::string> Ownership::PreviousOwnersHttp(std::string_view job) con
   // Who owns it when this shard is left out: where a job that came to a
   // joining shard was (rendezvous hashing moves only what the newcomer
   // wins), even for a server that never saw the map without itself.
-  std::vector<Member> others;
-  for (const Member& member : map_.members()) {
-    if (member.shard != self_) others.push_back(member);
-  }
-  std::vector<ShardMap> candidates = {ShardMap(std::move(others))};
+  std::vector<ShardMap> candidates = {without_us_};
   candidates.insert(candidates.end(), previous_.begin(), previous_.end());
   for (const ShardMap& before : candidates) {
     const std::string owner = before.OwnerOfFamily(name);
@@ -89,16 +90,11 @@ std::vector<std::string> Ownership::PreviousOwnersHttp(std::string_view job) con
 std::vector<std::string> Ownership::SuccessorsHttp(std::string_view job) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string family = families_.FamilyOf(job);
-  std::vector<Member> others;
-  for (const Member& member : map_.members()) {
-    if (member.shard != self_) others.push_back(member);
-  }
-  const ShardMap without_us(std::move(others));
   std::vector<std::string> out;
   const std::string successor =
-      without_us.OwnerOfFamily(family.empty() ? job : std::string_view(family));
+      without_us_.OwnerOfFamily(family.empty() ? job : std::string_view(family));
   if (successor.empty()) return out;
-  for (const Member& member : without_us.MembersOf(successor)) out.push_back(member.http);
+  for (const Member& member : without_us_.MembersOf(successor)) out.push_back(member.http);
   return out;
 }
 

@@ -63,6 +63,8 @@ class Ownership {
   const JobFamilyMatcher families_;
   mutable std::mutex mu_;
   ShardMap map_ ABSL_GUARDED_BY(mu_);
+  // map_ without this server's shard (who would own what if it were lost).
+  ShardMap without_us_ ABSL_GUARDED_BY(mu_);
   // The maps before map_, newest first (at most kMapHistory).
   std::vector<ShardMap> previous_ ABSL_GUARDED_BY(mu_);
   bool self_in_map_ ABSL_GUARDED_BY(mu_) = false;
