@@ -11,7 +11,8 @@ packages=(
   libabsl-dev librocksdb-dev libzstd-dev libeigen3-dev libcpp-httplib-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libsimdjson-dev
   libcurl4-openssl-dev libssl-dev libsnappy-dev openssl munge slurmctld slurmd slurm-client systemd
-  curl python3 python3-torch python3-yaml nginx-light victoria-metrics etcd-server
+  curl python3 python3-torch python3-yaml python3-pip python3-venv python3-setuptools
+  nginx-light victoria-metrics etcd-server
   clang libclang-rt-14-dev
 )
 case "${1:-}" in

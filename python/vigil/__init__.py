@@ -13,4 +13,7 @@ protocol is described in python/README.md.
 
 from vigil.client import DEFAULT_SOCKET, PHASES, STEP_FIELDS, Client
 
+# The one place the version is set: pyproject.toml reads it from here.
+__version__ = "0.1.0"
+
 __all__ = ["Client", "DEFAULT_SOCKET", "PHASES", "STEP_FIELDS"]
