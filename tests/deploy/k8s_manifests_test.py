@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Invariants of the cluster-mode deployment files (docs/SCALING.md).
 
-deploy/k8s (every *.yaml, parsed with PyYAML):
+deploy/kubernetes/cluster (every *.yaml, parsed with PyYAML):
   - every vigil-server StatefulSet (a shard pair) has 2 replicas, a
     required pod anti-affinity on kubernetes.io/hostname that selects its
     own pods and no other pair's, a PodDisruptionBudget with
@@ -49,7 +49,7 @@ except ImportError:
     sys.exit(77)
 
 SRC = Path(__file__).resolve().parents[2]
-K8S = SRC / "deploy" / "k8s"
+K8S = SRC / "deploy" / "kubernetes" / "cluster"
 SYSTEMD = SRC / "deploy" / "systemd"
 APP_LABEL = "app.kubernetes.io/name"
 SERVER_APP = "vigil-server"
@@ -81,7 +81,7 @@ class Report:
 
 
 def load_manifests():
-    """{relative path: [documents]} of every *.yaml under deploy/k8s."""
+    """{relative path: [documents]} of every *.yaml under deploy/kubernetes/cluster."""
     out = {}
     for path in sorted(glob.glob(str(K8S / "**" / "*.yaml"), recursive=True)):
         with open(path) as f:
@@ -333,7 +333,7 @@ def check_kustomization(r, manifests):
     out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True,
                          timeout=60)
     rendered = [d for d in yaml.safe_load_all(out.stdout) if d] if out.returncode == 0 else []
-    r.check("kubectl kustomize renders deploy/k8s", out.returncode == 0, out.stderr.strip())
+    r.check("kubectl kustomize renders deploy/kubernetes/cluster", out.returncode == 0, out.stderr.strip())
     r.check("the rendered objects are all in namespace vigil",
             all(d.get("kind") == "Namespace" or d["metadata"].get("namespace") == "vigil"
                 for d in rendered))
@@ -482,7 +482,7 @@ def mutations():
 def main():
     r = Report(verbose=True)
     manifests = load_manifests()
-    r.check("deploy/k8s has manifests", bool(manifests), str(K8S))
+    r.check("deploy/kubernetes/cluster has manifests", bool(manifests), str(K8S))
     paths_served = served_paths()
     r.check("found the server's HTTP routes in server/**/*.cc", "/healthz" in paths_served,
             repr(sorted(paths_served)))

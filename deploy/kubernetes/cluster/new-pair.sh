@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes the manifests of one Vigil shard pair (headless Service,
 # PodDisruptionBudget, StatefulSet of 2) from pair.yaml.in to stdout.
-# Usage: deploy/k8s/new-pair.sh SHARD    e.g. new-pair.sh s2 > deploy/k8s/vigil-s2.yaml
+# Usage: deploy/kubernetes/cluster/new-pair.sh SHARD    e.g. new-pair.sh s2 > deploy/kubernetes/cluster/vigil-s2.yaml
 # then add the file to kustomization.yaml.
 # SHARD: lower-case letters, digits and '-', at most 20 characters (it ends
 # up in pod names and DNS labels). No '_': leaders/_fleet in etcd is the
