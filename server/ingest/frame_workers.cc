@@ -34,6 +34,23 @@ bool FrameWorkers::Submit(int worker, absl::AnyInvocable<void()> task) {
   return true;
 }
 
+bool FrameWorkers::SubmitPastCapacity(int worker, absl::AnyInvocable<void()> task) {
+  Queue& q = *queues_[worker];
+  {
+    std::lock_guard<std::mutex> l(q.mu);
+    if (q.stopping) return false;
+    q.tasks.push_back(std::move(task));
+  }
+  q.wake.notify_one();
+  return true;
+}
+
+bool FrameWorkers::stopping() const {
+  const Queue& q = *queues_.front();
+  std::lock_guard<std::mutex> l(q.mu);
+  return q.stopping;
+}
+
 size_t FrameWorkers::queued(int worker) const {
   const Queue& q = *queues_[worker];
   std::lock_guard<std::mutex> l(q.mu);

@@ -50,6 +50,14 @@ class FrameWorkers {
   // stopping.
   bool Submit(int worker, absl::AnyInvocable<void()> task);
 
+  // As Submit, but past the capacity too: for a caller that found room
+  // (HasRoom) before and lost it to others since. False, and `task`
+  // dropped unrun, only when the workers are stopping.
+  bool SubmitPastCapacity(int worker, absl::AnyInvocable<void()> task);
+
+  // True once Stop() was called.
+  bool stopping() const;
+
   // Tasks queued or running on `worker` now.
   size_t queued(int worker) const;
 

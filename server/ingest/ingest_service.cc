@@ -543,7 +543,7 @@ class IngestService::Reactor final
       // HandleBatch checked for room; a queue filled since by other
       // streams still takes it (the bound is soft by the streams racing).
       Counter(k).fetch_add(1, std::memory_order_relaxed);
-      const bool queued = service_.workers_->Submit(k, [this, k] { Run(k); });
+      const bool queued = service_.workers_->SubmitPastCapacity(k, [this, k] { Run(k); });
       if (!queued) Run(k);  // stopping: deliver here
     }
   }
@@ -621,7 +621,7 @@ grpc::Status IngestService::CheckOwner(StreamState& st, NodeSession& session,
       view.ts = ts;
       observer->NodeHandedOver(k, view);
     };
-    if (!workers_->Submit(k, task)) task();
+    if (!workers_->SubmitPastCapacity(k, task)) task();
     session.shard = -1;
   }
   return grpc::Status(
