@@ -53,8 +53,8 @@ MetricTraits Relearn(MetricTraits t) {
 // Utilization, memory totals, bitmasks, allocator bytes and disk traffic
 // get no baseline: alone they say nothing about health (utilization reads
 // 100 % while a GPU waits) or have their own detectors.
-const std::array<Entry, 38>& Catalog() {
-  static const auto* catalog = new std::array<Entry, 38>{{
+const std::array<Entry, 40>& Catalog() {
+  static const auto* catalog = new std::array<Entry, 40>{{
       {"gpu_utilization_ratio", T(Metric::kGpuUtilization, false, kNo)},
       {"gpu_power_watts", T(Metric::kGpuPower, false, kLo, 5)},
       {"gpu_temperature_celsius",
@@ -69,6 +69,12 @@ const std::array<Entry, 38>& Catalog() {
        Relearn(T(Metric::kGpuNvlinkTx, true, kLo))},
       {"gpu_nvlink_rx_bytes_total",
        Relearn(T(Metric::kGpuNvlinkRx, true, kLo))},
+      // The same traffic as a rate (dcgm-exporter's DCGM_FI_PROF_NVLINK_*,
+      // promcompat/metric_mapping.cc): read as the counters' rate is.
+      {"gpu_nvlink_tx_bytes_per_second",
+       Relearn(T(Metric::kGpuNvlinkTx, false, kLo))},
+      {"gpu_nvlink_rx_bytes_per_second",
+       Relearn(T(Metric::kGpuNvlinkRx, false, kLo))},
       {"gpu_nvlink_crc_errors_total",
        T(Metric::kGpuNvlinkCrc, true, kNo, 0, AnomalyKind::kNvlinkErrors)},
       {"gpu_nvlink_replay_errors_total",
