@@ -37,6 +37,10 @@ struct FrameView {
   // The scheduler's id of `job` when the node's agent verified it
   // (proto Frame.verified_job_id); empty: `job` is only claimed.
   std::string_view verified_job_id;
+  // The node is only what a scraping source's labels claim (Prometheus
+  // remote write), not a node an agent streams for: nothing about the node
+  // is acted on without a human's approval (docs/SECURITY.md).
+  bool claimed_node = false;
 };
 
 }  // namespace vigil

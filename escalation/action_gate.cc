@@ -120,6 +120,13 @@ ActionDecision ActionGate::Decide(const ActionRequest& request, int job_nodes,
                                  std::string(SeverityName(request.severity)),
                                  " actions need one"));
   }
+  if (!approved && request.unverified_node) {
+    return Decision(ActionVerdict::kNeedsApproval,
+                    absl::StrCat(what,
+                                 " waits for a human approval: the incident's node is "
+                                 "named only by remote-written series (no agent streams "
+                                 "it), which any remote_write token holder could send"));
+  }
   if (!approved && !cordon && request.unverified_job) {
     return Decision(ActionVerdict::kNeedsApproval,
                     absl::StrCat(what,

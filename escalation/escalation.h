@@ -383,6 +383,9 @@ struct ActionRequest {
   // A job action whose job no node's agent verified with the scheduler
   // (proto Frame.verified_job_id): it never runs without an approval.
   bool unverified_job = false;
+  // The incident's node is only named by remote-written series' labels (no
+  // agent streams it): no action runs without an approval.
+  bool unverified_node = false;
 };
 
 // What the gate allows.

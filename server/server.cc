@@ -31,6 +31,7 @@
 #include "server/cluster/ownership.h"
 #include "server/cluster/profile_backups.h"
 #include "server/ingest/ingest_service.h"
+#include "server/ingest/remote_write_receiver.h"
 #include "server/remote_write/remote_write.h"
 #include "server/health/store_watch.h"
 #include "server/watchdog/watchdog.h"
@@ -333,6 +334,9 @@ absl::Status VigilServer::Start() {
                                         const std::string& node) {
     return view->FindVerifiedJob(job, node);
   };
+  escalation_options.claimed_node = [view = fleet.get()](const std::string& node) {
+    return view->IsClaimedNode(node);
+  };
   if (member != nullptr) {
     escalation_options.pair = PairGateOf(member.get());
     escalation_options.fleet = FleetSafetyOf(member.get());
@@ -392,7 +396,21 @@ absl::Status VigilServer::Start() {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", options_.grpc_listen));
 
+  std::unique_ptr<RemoteWriteReceiver> receiver;
+  if (options_.remote_write_receiver.has_value()) {
+    absl::StatusOr<std::unique_ptr<RemoteWriteReceiver>> created =
+        RemoteWriteReceiver::Create(*options_.remote_write_receiver, ingest.get(), clock_);
+    if (!created.ok()) {
+      grpc_server->Shutdown();
+      escalation->Stop();
+      return absl::InvalidArgumentError(
+          absl::StrCat("remote_write_receiver: ", created.status().message()));
+    }
+    receiver = *std::move(created);
+  }
+
   HttpApiOptions http_options;
+  http_options.remote_write_receiver = receiver.get();
   http_options.store = store.get();
   http_options.clock = clock_;
   http_options.metrics = &metrics_;
@@ -429,6 +447,11 @@ absl::Status VigilServer::Start() {
                                  w = remote_write.get()] {
       return (more ? more() : std::string()) + w->MetricsText();
     };
+  if (receiver != nullptr)
+    http_options.more_metrics = [more = std::move(http_options.more_metrics),
+                                 r = receiver.get()] {
+      return (more ? more() : std::string()) + r->MetricsText();
+    };
   auto http = std::make_unique<HttpApi>(http_options);
   if (member != nullptr) {
     member->WatchPrefix("sessions/", [h = http.get()](
@@ -462,6 +485,8 @@ absl::Status VigilServer::Start() {
   tee_ = std::move(tee);
   stream_auth_ = std::move(stream_auth);
   ingest_ = std::move(ingest);
+  remote_write_receiver_ = std::move(receiver);
+  if (remote_write_receiver_ != nullptr) remote_write_receiver_->Start();
   grpc_server_ = std::move(grpc_server);
   http_ = std::move(http);
   grpc_port_ = grpc_port;
@@ -541,12 +566,16 @@ absl::Status VigilServer::Stop() {
   // their handlers have finished.
   grpc_server_->Shutdown(gpr_inf_past(GPR_CLOCK_MONOTONIC));
   grpc_server_.reset();
+  // No request may reach the ingest path once it is gone: HTTP (remote
+  // write) stops first, and the receiver hands its open frames over.
+  http_->Stop();
+  if (remote_write_receiver_ != nullptr) remote_write_receiver_->Stop();
+  remote_write_receiver_.reset();
   ingest_.reset();
   stream_auth_.reset();
   store_watch_->Stop();
   memory_trimmer_->Stop();
   detection_->Stop();
-  http_->Stop();
   http_.reset();
   watchdog_.reset();  // after http_, which serves its metrics
   escalation_->Stop();

@@ -33,6 +33,7 @@ class DetectionService;
 class EscalationService;
 class EventHub;
 class FleetView;
+class RemoteWriteReceiver;
 class HttpApi;
 class IngestService;
 class RemoteWriter;
@@ -108,6 +109,7 @@ class VigilServer {
   std::unique_ptr<ShardedFrameObserver> tee_;
   std::unique_ptr<StreamAuthenticator> stream_auth_;
   std::unique_ptr<IngestService> ingest_;
+  std::unique_ptr<RemoteWriteReceiver> remote_write_receiver_;  // uses ingest_
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<HttpApi> http_;
   // Rollups to a remote-write endpoint, or null when not configured.

@@ -10,8 +10,8 @@ check() {  # description, grep output
 check "RocksDB outside storage/rocksdb_*" "$(grep -rlE '#include [<"]rocksdb/' --include='*.h' --include='*.cc' common detector rules storage server agent proto 2>/dev/null | grep -vE '^storage/rocksdb_')"
 check "gRPC outside server/, agent/, proto/" "$(grep -rlE '#include [<"](grpcpp|grpc\+\+|grpc/)' --include='*.h' --include='*.cc' common detector rules storage 2>/dev/null)"
 check "httplib outside server/, actuator/, ctl/" "$(grep -rlE '#include [<"]httplib' --include='*.h' --include='*.cc' common detector rules escalation notify storage agent 2>/dev/null)"
-check "I/O or protobuf in detector/, rules/ or escalation/" "$(grep -rlE '#include [<"](fstream|iostream|cstdio|thread|vigil/v1/|google/protobuf|storage/|server/|notify/|curl/|httplib)' detector rules escalation 2>/dev/null)"
-check "clock read outside common/" "$(grep -rnE 'system_clock::now|steady_clock::now|absl::Now\(\)|time\(nullptr\)' --include='*.h' --include='*.cc' detector rules escalation notify storage server agent actuator ctl 2>/dev/null)"
+check "I/O or protobuf in detector/, rules/, escalation/ or promcompat/" "$(grep -rlE '#include [<"](fstream|iostream|cstdio|thread|vigil/v1/|google/protobuf|storage/|server/|notify/|curl/|httplib)' detector rules escalation promcompat 2>/dev/null)"
+check "clock read outside common/" "$(grep -rnE 'system_clock::now|steady_clock::now|absl::Now\(\)|time\(nullptr\)' --include='*.h' --include='*.cc' detector rules escalation notify storage server agent actuator ctl promcompat 2>/dev/null)"
 # The agent reaches the simulator (agent/sim/) only through its collector
 # adapter, and the simulator knows nothing of the agent around it.
 check "agent/sim/ included by agent/ files other than simulator_collector.*" "$(grep -rlE '#include "agent/sim/' --include='*.h' --include='*.cc' agent 2>/dev/null | grep -vE '^agent/(sim/|simulator_collector\.(h|cc)$)')"

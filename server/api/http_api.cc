@@ -23,6 +23,8 @@
 namespace vigil {
 namespace {
 
+constexpr const char* kRemoteWritePath = "/api/v1/write";
+
 using Json = nlohmann::json;
 
 constexpr char kJson[] = "application/json";
@@ -307,8 +309,9 @@ void HttpApi::InstallHandlers() {
     // profiles carries no user's token; its handler checks the signature.
     const bool peer = req.path == cluster::kProfilesPath &&
                       req.has_header(cluster::kPeerSignatureHeader);
+    // Remote write carries a remote_write token, checked by its handler.
     const bool gated = (req.path.rfind("/api/", 0) == 0 &&
-                        req.path != "/api/v1/session" &&
+                        req.path != "/api/v1/session" && req.path != kRemoteWritePath &&
                         req.path != "/api/v1/callbacks/twilio/voice" && !peer) ||
                        req.path == "/metrics";
     if (options_.auth == nullptr || !gated)
@@ -535,6 +538,26 @@ void HttpApi::InstallHandlers() {
     if (o.more_metrics) out += o.more_metrics();
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
   });
+
+  if (o.remote_write_receiver != nullptr) {
+    server_->Post(kRemoteWritePath, [this, &o](const httplib::Request& req,
+                                               httplib::Response& res) {
+      if (o.auth != nullptr) {
+        absl::StatusOr<RequestIdentity> who =
+            authorizer_.Authorize(CredentialsOf(req), Role::kRemoteWrite);
+        if (!who.ok()) return ReplyStatus(res, who.status());
+      }
+      const absl::Status s = o.remote_write_receiver->Write(
+          req.get_header_value("Content-Encoding"), req.body);
+      if (s.ok()) {
+        res.status = 204;
+        return;
+      }
+      // A body too large is refused for good (Prometheus retries a 429).
+      ReplyError(res, absl::IsResourceExhausted(s) ? 413 : HttpStatusOf(s),
+                 std::string(s.message()));
+    });
+  }
 
   server_->Get("/api/v1/series", [&o](const httplib::Request& req,
                                       httplib::Response& res) {

@@ -10,6 +10,8 @@
 //       &node=&limit=        incidents, newest first
 //   GET /api/v1/incidents/ID one incident with full evidence (the series
 //                            of GPU-wide evidence named) and timeline
+//   POST /api/v1/write       Prometheus remote write 1.0 in (a
+//                            remote_write token; 204 when stored)
 //   GET /                        files of the web dir (index.html)
 // and, with escalation, the operator API of server/api/http_escalation.cc
 // (acknowledge, silences, deliveries, actions, audit, on-call), and the
@@ -38,6 +40,7 @@
 #include "server/escalation/event_hub.h"
 #include "server/fleet/fleet_view.h"
 #include "server/ingest/ingest_metrics.h"
+#include "server/ingest/remote_write_receiver.h"
 #include "server/api/web_sessions.h"
 #include "server/cluster/cluster_member.h"
 #include "server/cluster/ownership.h"
@@ -71,6 +74,9 @@ struct HttpApiOptions {
   // Latest node and job state for /api/v1/jobs and /api/v1/nodes; null:
   // those answer 404.
   const FleetView* fleet = nullptr;
+  // Prometheus remote write in (POST /api/v1/write, remote_write tokens
+  // only); null: that path answers 404.
+  RemoteWriteReceiver* remote_write_receiver = nullptr;
   // More Prometheus text appended to /metrics (e.g. the watchdog's);
   // called from request threads, so it must be thread-safe. Null: none.
   std::function<std::string()> more_metrics;

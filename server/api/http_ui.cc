@@ -415,6 +415,7 @@ void HttpApi::InstallUiHandlers() {
       nodes.push_back(
           {{"node", node.node},
            {"job", node.job},
+           {"source", node.claimed ? "remote_write" : "agent"},
            {"gpus", node.gpus.size()},
            {"gpu_state", {{"ok", ok}, {"throttled", throttled}, {"hot", hot},
                           {"missing", missing}}},

@@ -35,7 +35,7 @@ bool Mutating(std::string_view method) {
 }
 
 absl::Status RoleCheck(const Identity& who, Role needed) {
-  if (who.role >= needed) return absl::OkStatus();
+  if (RoleAllows(who.role, needed)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
       who.name, " has the ", std::string(RoleName(who.role)),
       " role; this call needs ", std::string(RoleName(needed))));

@@ -14,12 +14,18 @@ std::string_view RoleName(Role role) {
     case Role::kViewer: return "viewer";
     case Role::kOperator: return "operator";
     case Role::kAdmin: return "admin";
+    case Role::kRemoteWrite: return "remote_write";
   }
   return "viewer";
 }
 
+bool RoleAllows(Role has, Role needed) {
+  if (has == Role::kRemoteWrite || needed == Role::kRemoteWrite) return has == needed;
+  return has >= needed;
+}
+
 std::optional<Role> ParseRole(std::string_view name) {
-  for (Role r : {Role::kViewer, Role::kOperator, Role::kAdmin}) {
+  for (Role r : {Role::kViewer, Role::kOperator, Role::kAdmin, Role::kRemoteWrite}) {
     if (RoleName(r) == name) return r;
   }
   return std::nullopt;
@@ -51,7 +57,7 @@ absl::StatusOr<Identity> Authenticator::Authorize(std::string_view authorization
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return absl::UnauthenticatedError("unknown token");
   const ApiToken& token = it->second;
-  if (token.role < needed)
+  if (!RoleAllows(token.role, needed))
     return absl::PermissionDeniedError(absl::StrCat(
         token.name, " has the ", std::string(RoleName(token.role)),
         " role; this call needs ", std::string(RoleName(needed))));

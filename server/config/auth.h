@@ -16,11 +16,16 @@
 
 namespace vigil {
 
-// Ordered: a higher role may do everything a lower one may.
-enum class Role : uint8_t { kViewer, kOperator, kAdmin };
+// Viewer, operator and admin are ordered: a higher role may do everything
+// a lower one may. kRemoteWrite stands apart: it may only send samples to
+// POST /api/v1/write (a Prometheus' or vmagent's credential), and no other
+// role may send them.
+enum class Role : uint8_t { kViewer, kOperator, kAdmin, kRemoteWrite };
 
-// "viewer", "operator", "admin".
+// "viewer", "operator", "admin", "remote_write".
 std::string_view RoleName(Role role);
+// Whether a holder of `has` may make a call that needs `needed`.
+bool RoleAllows(Role has, Role needed);
 // The role named `name`, or nullopt.
 std::optional<Role> ParseRole(std::string_view name);
 

@@ -128,7 +128,7 @@ void ParseAuth(const Json& section, Reader& r, AuthOptions* auth) {
     if (std::optional<Role> parsed = ParseRole(role)) {
       token.role = *parsed;
     } else {
-      r.Error(path + ".role", "must be viewer, operator or admin");
+      r.Error(path + ".role", "must be viewer, operator, admin or remote_write");
     }
     if (!IsSha256Hex(token.sha256_hex))
       r.Error(path + ".sha256",
@@ -239,7 +239,7 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                                "http_listen", "web_dir", "storage", "ingest",
                                "http", "detection", "auth", "escalation",
                                "notifications", "actuator", "watchdog",
-                               "remote_write", "cluster"})) {
+                               "remote_write", "remote_write_receiver", "cluster"})) {
     r.String(root, "", "data_dir", &o.data_dir);
     r.Bool(root, "", "memory", &o.memory);
     r.String(root, "", "grpc_listen", &o.grpc_listen);
@@ -368,6 +368,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
       ReadWatchdogConfig(*it, r, &o.watchdog);
     if (auto it = root.find("remote_write"); it != root.end())
       ParseRemoteWriteSection(*it, r, &o.remote_write);
+    if (auto it = root.find("remote_write_receiver"); it != root.end())
+      ParseRemoteWriteReceiverSection(*it, r, &o.remote_write_receiver);
     if (auto it = root.find("cluster"); it != root.end())
       cluster::ParseClusterSection(*it, r, &o.cluster);
   }

@@ -19,6 +19,7 @@
 #include "rules/rule.h"
 #include "server/config/auth.h"
 #include "server/cluster/cluster_member.h"
+#include "server/config/receiver_config.h"
 #include "server/remote_write/remote_write.h"
 #include "server/watchdog/watchdog.h"
 
@@ -73,6 +74,7 @@ namespace vigil {
 //                 "checkpoint_timeout_seconds": 300},
 //    "watchdog": {...see server/watchdog/watchdog.h...},
 //    "remote_write": {...see server/remote_write/remote_write.h...},
+//    "remote_write_receiver": {...see server/config/receiver_config.h...},
 //    "cluster": {...see server/cluster/cluster_config.h...}}
 
 // Where the pages of one escalation channel ("phone", "sms", "im",
@@ -283,6 +285,9 @@ struct ServerOptions {
   // Rollups (and chosen raw series) to a Prometheus remote-write endpoint;
   // off when absent (server/remote_write/remote_write.h).
   std::optional<RemoteWriteOptions> remote_write;
+  // Prometheus remote write in (POST /api/v1/write); off when absent
+  // (server/ingest/remote_write_receiver.h).
+  std::optional<RemoteWriteReceiverOptions> remote_write_receiver;
   // Cluster mode: membership, shards and leaderships in etcd; absent (the
   // default) for a single server (server/cluster/cluster_config.h).
   std::optional<cluster::ClusterOptions> cluster;

@@ -184,6 +184,8 @@ void EscalationService::StartActions(const Incident& incident,
         }
       }
     }
+    if (!incident.node.empty() && options_.claimed_node && options_.claimed_node(incident.node))
+      record["unverified_node"] = true;
     if (IsJobAction(action)) {
       // Only what a node's agent verified with the scheduler is acted on
       // automatically (docs/SECURITY.md): the job's id, on a node that runs
@@ -239,6 +241,7 @@ Json EscalationService::Decide(Json action, bool approved, double now) {
   request.job = action.value("job", "");
   request.node = action.value("node", "");
   request.unverified_job = action.value("unverified", false);
+  request.unverified_node = action.value("unverified_node", false);
   if (options_.actuator.url.empty()) {
     // Remediation is off: record what would have been asked, never count it
     // against the circuit breaker.

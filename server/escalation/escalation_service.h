@@ -77,6 +77,10 @@ struct EscalationServiceOptions {
   std::function<std::optional<VerifiedJob>(const std::string& job,
                                            const std::string& node)>
       verified_job;
+  // True when a node is named only by remote-written series' labels
+  // (FleetView::IsClaimedNode): cordons of it, like actions on jobs no
+  // agent verified, wait for an operator's approval. Null: none is.
+  std::function<bool(const std::string& node)> claimed_node;
   // Cluster mode (docs/SCALING.md): both members of a shard pair escalate
   // every incident alike, with page keys built from what both see (the
   // incident's job, culprit and opening time, the round and the channel:

@@ -109,8 +109,10 @@ void FleetView::OnFrame(const FrameView& frame) {
     node = Node{};
     node.job = std::string(frame.job);
   }
-  if (frame.ts >= node.last_frame_ts)
+  if (frame.ts >= node.last_frame_ts) {
     node.verified_job_id = std::string(frame.verified_job_id);
+    node.claimed = frame.claimed_node;
+  }
   node.last_frame_ts = std::max(node.last_frame_ts, frame.ts);
   if (frame.step) node.step = frame.step;
   auto job_it = jobs_.find(node.job);
@@ -188,12 +190,18 @@ std::vector<NodeSnapshot> FleetView::Nodes() const {
   out.reserve(nodes_.size());
   for (const auto& [name, node] : nodes_) {
     NodeSnapshot s{name, node.job, node.verified_job_id, node.last_frame_ts,
-                   node.step, {}};
+                   node.step, {}, node.claimed};
     s.gpus.reserve(node.gpus.size());
     for (const auto& [index, gpu] : node.gpus) s.gpus.push_back(gpu);
     out.push_back(std::move(s));
   }
   return out;
+}
+
+bool FleetView::IsClaimedNode(const std::string& node) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = nodes_.find(node);
+  return it != nodes_.end() && it->second.claimed;
 }
 
 std::vector<JobSnapshot> FleetView::Jobs() const {

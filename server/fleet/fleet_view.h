@@ -45,6 +45,9 @@ struct NodeSnapshot {
   double last_frame_ts = 0;  // data time of the newest frame
   std::optional<int64_t> step;
   std::vector<GpuReading> gpus;  // by gpu index
+  // Its newest frame came from remote write, not from an agent
+  // (FrameView::claimed_node).
+  bool claimed = false;
 };
 
 // Job-wide training throughput figures.
@@ -104,6 +107,10 @@ class FleetView : public FrameObserver {
   // the first by name. Nullopt when no node running `job` verified it.
   std::optional<VerifiedJob> FindVerifiedJob(const std::string& job,
                                              const std::string& prefer) const;
+  // True when `node`'s newest frame named it only by a remote-written
+  // series' labels (FrameView::claimed_node); false for an agent's node
+  // and for nodes never seen.
+  bool IsClaimedNode(const std::string& node) const;
 
  private:
   // What a series id means to the view.
@@ -126,6 +133,7 @@ class FleetView : public FrameObserver {
   struct Node {
     std::string job;
     std::string verified_job_id;
+    bool claimed = false;
     double last_frame_ts = 0;
     std::optional<int64_t> step;
     std::map<int, GpuReading> gpus;

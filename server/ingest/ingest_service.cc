@@ -1,5 +1,6 @@
 #include "server/ingest/ingest_service.h"
 
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -600,6 +601,7 @@ grpc::Status IngestService::CheckOwner(StreamState& st, NodeSession& session,
   if (batch.frames_size() == 0) return grpc::Status::OK;
   const v1::Frame& first = batch.frames(0);
   const cluster::Ownership& ownership = *options_.ownership;
+  const bool local = st.context == nullptr;  // ApplyLocal
   // The old owner takes the frame that ends its job; the next ones move.
   if (!first.job_end().job().empty() && ownership.Owner(first.job_end().job(), st.node).ours)
     return grpc::Status::OK;
@@ -607,7 +609,7 @@ grpc::Status IngestService::CheckOwner(StreamState& st, NodeSession& session,
   if (owner.ours) return grpc::Status::OK;
   options_.metrics->Reject(RejectReason::kNotOwner);
   const std::string owners = absl::StrJoin(owner.owners, ",");
-  st.context->AddTrailingMetadata("vigil-owners", owners);
+  if (!local) st.context->AddTrailingMetadata("vigil-owners", owners);
   // The node leaves what this server watched: detection hands it over as a
   // node that moved away, so it is not read as silent here. No frame of it
   // is queued (a stream has one batch in flight, acked after its frames ran).
@@ -903,6 +905,184 @@ grpc::Status IngestService::HandleBatch(StreamState& st,
 
   st.applied = true;
   return grpc::Status::OK;
+}
+
+// A local source's stream of one node: a StreamState fed batches built
+// from keys, and the dictionary ids given to those keys.
+struct IngestService::LocalStream {
+  std::mutex mu;
+  StreamState state ABSL_GUARDED_BY(mu);
+  // EncodeSeriesKey(key) -> the dictionary id given to it.
+  absl::flat_hash_map<std::string, uint32_t> ids ABSL_GUARDED_BY(mu);
+  uint64_t seq ABSL_GUARDED_BY(mu) = 0;
+  v1::FrameBatch batch ABSL_GUARDED_BY(mu);
+  // Serializes deliveries of the node; the shard its frames went to last.
+  std::mutex deliver_mu;
+  int delivered_shard ABSL_GUARDED_BY(deliver_mu) = -1;
+};
+
+absl::Status IngestService::ApplyLocal(std::string_view source, const std::string& node,
+                                       const std::vector<SeriesKey>& keys,
+                                       const std::vector<LocalFrame>& frames,
+                                       LocalResult* result) {
+  *result = LocalResult();
+  if (frames.empty()) return absl::OkStatus();
+  if (absl::Status s = ValidateLabelValue("node", node); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("bad node name: ", s.message()));
+  if (node.starts_with('@'))
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad node name \"", node, "\": names starting with '@' are reserved"));
+  std::shared_ptr<LocalStream> local;
+  std::shared_ptr<NodeSession> session;
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::shared_ptr<NodeSession>& entry = nodes_[node];
+    if (entry == nullptr) entry = std::make_shared<NodeSession>();
+    if (entry->live != nullptr) {
+      options_.metrics->Reject(RejectReason::kNodeTaken);
+      return absl::AlreadyExistsError(
+          absl::StrCat("node ", node, " is streamed by its agent (instance ", entry->instance,
+                       "); its samples from ", std::string(source), " are left out"));
+    }
+    std::lock_guard<std::mutex> sl(entry->mu);
+    if (entry->instance != source) {
+      entry->instance = std::string(source);
+      entry->since = options_.clock->Now();
+      ++entry->generation;
+      entry->last_applied_seq = 0;
+    }
+    generation = entry->generation;
+    session = entry;
+    std::shared_ptr<LocalStream>& stream = local_[node];
+    if (stream == nullptr) stream = std::make_shared<LocalStream>();
+    local = stream;
+  }
+
+  std::lock_guard<std::mutex> l(local->mu);
+  StreamState& st = local->state;
+  st.context = nullptr;
+  st.node = node;
+  st.instance = std::string(source);
+  st.session = session;
+  st.generation = generation;
+  v1::FrameBatch& batch = local->batch;
+  batch.Clear();
+  batch.set_seq(++local->seq);
+  // Dictionary ids of `keys`; new ones defined in the batch.
+  std::vector<uint32_t> ids(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::string encoded = EncodeSeriesKey(keys[i]);
+    if (auto it = local->ids.find(encoded); it != local->ids.end()) {
+      ids[i] = it->second;
+      continue;
+    }
+    const uint32_t id = static_cast<uint32_t>(local->ids.size() + 1);
+    local->ids.emplace(std::move(encoded), id);
+    ids[i] = id;
+    v1::SeriesDef* def = batch.add_series();
+    def->set_id(id);
+    def->set_metric(keys[i].metric);
+    for (const auto& [name, value] : keys[i].labels) {
+      v1::Label* label = def->add_labels();
+      label->set_name(name);
+      label->set_value(value);
+    }
+  }
+  for (const LocalFrame& frame : frames) {
+    v1::Frame* f = batch.add_frames();
+    f->set_job(frame.job);
+    f->set_ts(frame.ts);
+    for (uint32_t slot : frame.slots) {
+      if (slot >= ids.size())
+        return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " of ", keys.size(), " keys"));
+      f->add_series_ids(ids[slot]);
+    }
+    f->mutable_values()->Assign(frame.values.begin(), frame.values.end());
+    if (!frame.ended_job.empty()) {
+      f->mutable_job_end()->set_job(frame.ended_job);
+      f->mutable_job_end()->set_reason(frame.end_reason);
+    }
+  }
+  v1::Ack ack;
+  const grpc::Status s = HandleBatch(st, batch, &ack);
+  if (!s.ok() || !st.applied) {
+    // Start the node's dictionary afresh: what the failed batch defined
+    // may or may not be in it.
+    local->ids.clear();
+    local->state = StreamState();
+    const std::string what(s.error_message());
+    switch (s.error_code()) {
+      case grpc::StatusCode::OK:
+        return absl::InternalError("batch not applied");
+      case grpc::StatusCode::CANCELLED:
+        return absl::AlreadyExistsError(
+            absl::StrCat("node ", node, " is streamed by its agent now"));
+      default:
+        return absl::Status(static_cast<absl::StatusCode>(s.error_code()), what);
+    }
+  }
+  result->ids.reserve(st.columns.size());
+  result->values.reserve(st.columns.size());
+  for (const FrameColumns& c : st.columns) {
+    result->ids.emplace_back(c.ids.begin(), c.ids.end());
+    result->values.emplace_back(c.values.begin(), c.values.end());
+  }
+  result->dropped_samples = ack.dropped_samples();
+  result->refused_samples = ack.refused_samples();
+  result->refused_reason = ack.refused_reason();
+  return absl::OkStatus();
+}
+
+void IngestService::DeliverLocal(const std::string& node, std::vector<AssembledFrame> frames,
+                                 bool claimed_node) {
+  if (workers_ == nullptr || frames.empty()) return;
+  std::shared_ptr<LocalStream> local;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = local_.find(node);
+    if (it == local_.end()) return;
+    local = it->second;
+  }
+  ShardedFrameObserver* const observer = options_.observer;
+  auto shared = std::make_shared<const std::vector<AssembledFrame>>(std::move(frames));
+  // Per shard, in order: (frame index, moved away).
+  std::vector<std::vector<std::pair<size_t, bool>>> parts(observer->shards());
+  std::lock_guard<std::mutex> l(local->deliver_mu);
+  for (size_t i = 0; i < shared->size(); ++i) {
+    const int k = observer->ShardOf((*shared)[i].job);
+    if (local->delivered_shard >= 0 && local->delivered_shard != k)
+      parts[local->delivered_shard].push_back({i, true});
+    parts[k].push_back({i, false});
+    local->delivered_shard = k;
+  }
+  for (int k = 0; k < static_cast<int>(parts.size()); ++k) {
+    if (parts[k].empty()) continue;
+    auto run = [observer, k, shared, claimed_node, part = std::move(parts[k])] {
+      for (const auto& [i, moved_away] : part) {
+        const AssembledFrame& f = (*shared)[i];
+        FrameView view;
+        view.node = f.node;
+        view.job = f.job;
+        view.ts = f.ts;
+        view.ids = f.ids;
+        view.values = f.values;
+        view.job_end.job = f.ended_job;
+        view.job_end.reason = f.end_reason;
+        view.claimed_node = claimed_node;
+        if (moved_away) {
+          observer->NodeMovedAway(k, view);
+        } else {
+          observer->OnFrame(k, view);
+        }
+      }
+    };
+    // Frames applied are stored: they wait for room rather than being
+    // dropped, and only a stopping service runs them here.
+    while (!workers_->HasRoom(k) && !workers_->stopping())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!workers_->SubmitPastCapacity(k, run)) run();
+  }
 }
 
 }  // namespace vigil

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -15,6 +16,7 @@
 #include "common/clock.h"
 #include "server/frame_observer.h"
 #include "server/cluster/ownership.h"
+#include "server/ingest/frame_assembler.h"
 #include "server/ingest/frame_workers.h"
 #include "server/ingest/grpc_security.h"
 #include "server/ingest/ingest_metrics.h"
@@ -100,6 +102,52 @@ class IngestService final : public v1::Ingest::CallbackService {
   // Batches queued or running on each frame worker now (for /metrics).
   std::vector<size_t> WorkerQueues() const;
 
+  // --- Frames of in-process sources (no agent stream) ---
+  // The Prometheus remote-write receiver (server/ingest/
+  // remote_write_receiver.h) feeds nodes that have no agent through these:
+  // ApplyLocal stores the pieces of frames as they come, and DeliverLocal
+  // hands the frames to detection once they are whole (FrameAssembler).
+
+  // One frame (or piece of one) of a local source: samples[i] is the value
+  // of keys[slots[i]] (keys as ApplyLocal's; no job or node label).
+  struct LocalFrame {
+    std::string job;
+    double ts = 0;
+    std::vector<uint32_t> slots;
+    std::vector<double> values;
+    // A job that ended on the node before this frame; empty: none.
+    std::string ended_job;
+    std::string end_reason;
+  };
+  // What ApplyLocal stored.
+  struct LocalResult {
+    // Per frame of the call, in order: the stored series ids and values
+    // (samples a series limit refused are left out).
+    std::vector<std::vector<uint32_t>> ids;
+    std::vector<std::vector<double>> values;
+    uint64_t dropped_samples = 0;  // duplicate, out of order, or refused
+    uint64_t refused_samples = 0;  // of those: refused by a series limit
+    std::string refused_reason;    // the first refusal, or ""
+  };
+  // Validates and stores `frames` of `node` from the local source `source`
+  // (e.g. "prometheus-remote-write"; shown as the node's agent instance),
+  // with the checks, limits and metrics of an agent's batch. Frames must be
+  // in time order. Nothing is stored on error: kAlreadyExists when an agent
+  // streams `node` now (it wins); kFailedPrecondition, in cluster mode,
+  // when another shard owns the first frame's job; kInvalidArgument naming the frame and
+  // reason for bad input; kUnavailable when detection is behind; storage
+  // errors as the store reports them. Thread-safe; calls for one node are
+  // serialized.
+  absl::Status ApplyLocal(std::string_view source, const std::string& node,
+                          const std::vector<SeriesKey>& keys,
+                          const std::vector<LocalFrame>& frames, LocalResult* result);
+  // Hands frames of `node` applied by ApplyLocal (ids as it returned them),
+  // in time order, to the frame workers of their jobs' shards. Waits while a
+  // worker's queue is full. `claimed_node`: the node's identity is only
+  // what the source's labels say (FrameView::claimed_node).
+  void DeliverLocal(const std::string& node, std::vector<AssembledFrame> frames,
+                    bool claimed_node);
+
  private:
   struct NodeSession;
   struct StreamState;
@@ -132,6 +180,7 @@ class IngestService final : public v1::Ingest::CallbackService {
                     const v1::FrameBatch& batch, StreamState* state);
 
   class FirstBatchWatchdog;
+  struct LocalStream;
 
   const IngestOptions options_;
   // Null without an observer.
@@ -141,6 +190,9 @@ class IngestService final : public v1::Ingest::CallbackService {
   const std::unique_ptr<FirstBatchWatchdog> watchdog_;
   std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<NodeSession>> nodes_
+      ABSL_GUARDED_BY(mu_);
+  // The local sources' streams, by node.
+  absl::flat_hash_map<std::string, std::shared_ptr<LocalStream>> local_
       ABSL_GUARDED_BY(mu_);
 };
 

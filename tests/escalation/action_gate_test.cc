@@ -85,6 +85,21 @@ TEST(ActionGateTest, ApprovalBySeverity) {
       ActionVerdict::kRun);
 }
 
+// A node named only by remote-written labels (no agent streams it) may be
+// a remote_write token holder's invention: nothing runs on it unapproved.
+TEST(ActionGateTest, ClaimedNodesWaitForAHuman) {
+  ActionGate gate{InterlockConfig()};
+  ActionRequest cordon = Cordon("llama", "n3");
+  cordon.unverified_node = true;
+  const ActionDecision wait = gate.Decide(cordon, 100, false, kT0);
+  EXPECT_EQ(wait.verdict, ActionVerdict::kNeedsApproval);
+  EXPECT_THAT(wait.reason, HasSubstr("remote-written"));
+  ActionRequest pause = Pause("llama");
+  pause.unverified_node = true;
+  EXPECT_EQ(gate.Decide(pause, 100, false, kT0).verdict, ActionVerdict::kNeedsApproval);
+  EXPECT_EQ(gate.Decide(cordon, 100, /*approved=*/true, kT0).verdict, ActionVerdict::kRun);
+}
+
 TEST(ActionGateTest, BreakerTripsOnTheCordonCountAndStaysOpen) {
   ActionGate gate{InterlockConfig()};  // 3 cordons per 60 min
   for (int i = 0; i < 3; ++i) {

@@ -83,6 +83,37 @@ TEST(ConfigTest, WarmupKeys) {
 
 // The cluster section: read as given (flags may complete it), checked as a
 // whole by ValidateServerOptions; bad keys and values name their path.
+TEST(ConfigTest, RemoteWriteReceiverSection) {
+  ServerOptions options;
+  absl::Status s = ParseServerConfig(R"({
+    "auth": {"tokens": [{"name": "prom", "role": "remote_write",
+                         "sha256": "0000000000000000000000000000000000000000000000000000000000000000"}]},
+    "remote_write_receiver": {
+      "job_labels": [{"label": "pod", "regex": "^(.+)-[0-9]+$"}],
+      "frame_grace_seconds": 4, "idle_job": "free", "max_open_frames": 1000,
+      "metrics": [{"from": "my_gpu_watts", "to": "gpu_power_watts", "labels": {"gpu": "minor"}}]}})",
+                                     &options);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(options.remote_write_receiver.has_value());
+  EXPECT_EQ(options.auth.tokens[0].role, Role::kRemoteWrite);
+  EXPECT_EQ(options.remote_write_receiver->frame_grace_seconds, 4);
+  EXPECT_EQ(options.remote_write_receiver->idle_job, "free");
+  EXPECT_EQ(options.remote_write_receiver->max_open_frames, 1000u);
+  EXPECT_EQ(options.remote_write_receiver->mapping.job_labels[0].label, "pod");
+  ASSERT_EQ(options.remote_write_receiver->mapping.metrics.size(), 1u);
+  // Every problem with its key path; the mapping's own checks too.
+  ServerOptions bad;
+  s = ParseServerConfig(R"({"remote_write_receiver": {
+      "frame_grace_seconds": -1, "colour": "blue",
+      "job_labels": [{"label": "pod", "regex": "^.*$"}]}})",
+                        &bad);
+  const std::string m(s.message());
+  EXPECT_NE(m.find("remote_write_receiver.frame_grace_seconds"), std::string::npos) << m;
+  EXPECT_NE(m.find("remote_write_receiver.colour"), std::string::npos) << m;
+  EXPECT_NE(m.find("capture group"), std::string::npos) << m;
+  EXPECT_FALSE(bad.remote_write_receiver.has_value());
+}
+
 TEST(ConfigTest, ClusterSection) {
   ServerOptions options;
   options.memory = true;
@@ -250,7 +281,7 @@ TEST(EscalationConfigSectionsTest, ReportsEveryErrorWithItsPath) {
   const std::string m(s.message());
   for (const char* expected :
        {"auth.x: unknown key", "auth.tokens[0].name: required",
-        "auth.tokens[0].role: must be viewer, operator or admin",
+        "auth.tokens[0].role: must be viewer, operator, admin or remote_write",
         "auth.tokens[0].sha256: must be the 64 hex digits",
         "escalation: policies.P0.steps[0]", "notifications.receivers[0]",
         "notifications.receivers[1].name: duplicate receiver \"s\"",

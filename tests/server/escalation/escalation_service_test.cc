@@ -161,6 +161,10 @@ class EscalationServiceTest : public ::testing::Test {
         return VerifiedJob{job_id, node};
       return VerifiedJob{job_id, nodes.front()};
     };
+    o.claimed_node = [this](const std::string& node) {
+      std::lock_guard<std::mutex> lock(verified_mu_);
+      return claimed_.contains(node);
+    };
     if (pair_) {
       EscalationServiceOptions::PairGate gate;
       gate.leading = [this] { return leading_.load(); };
@@ -251,6 +255,7 @@ class EscalationServiceTest : public ::testing::Test {
   }
 
   std::mutex verified_mu_;
+  std::set<std::string> claimed_;  // guarded by verified_mu_
   std::map<std::string, std::pair<std::string, std::vector<std::string>>>
       verified_;
   // Cluster pair (EscalationServiceOptions::pair), when pair_ is set.
@@ -506,6 +511,25 @@ TEST_F(EscalationServiceTest, P0ActionsGoToTheActuatorSignedAndRecordTheAnswer) 
   Json cordon = service_->ListActions(id)["actions"][0];
   EXPECT_EQ(cordon["node"], "n1");
   EXPECT_EQ(cordon["detail"], "ran cordon_node");
+}
+
+// A node named only by remote-written labels: even a P0 with a verified
+// job waits for a human before anything is done to it.
+TEST_F(EscalationServiceTest, ActionsOnAClaimedNodeWaitForApproval) {
+  AddJobNodes("llm", 8);
+  Verify("llm", "4242", {"n0", "n1"});
+  {
+    std::lock_guard<std::mutex> lock(verified_mu_);
+    claimed_.insert("n1");
+  }
+  const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
+                              {Response::kCheckpointThenPauseJob, Response::kCordonNode});
+  ASSERT_TRUE(Eventually([&] { return service_->ListActions(id)["actions"].size() == 2; }));
+  for (const Json& a : service_->ListActions(id)["actions"]) {
+    EXPECT_EQ(a["state"], "pending_approval") << a.dump();
+    EXPECT_NE(a.value("decision", "").find("remote-written"), std::string::npos) << a.dump();
+  }
+  EXPECT_TRUE(transport_.Matching("/actuator").empty());
 }
 
 // Issue 13, hole 9: the outboxes store what to say and to whom, never the
