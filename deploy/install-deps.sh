@@ -12,7 +12,7 @@ packages=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libsimdjson-dev
   libcurl4-openssl-dev libssl-dev libsnappy-dev openssl munge slurmctld slurmd slurm-client systemd
   curl python3 python3-torch python3-yaml python3-pip python3-venv python3-setuptools
-  nginx-light victoria-metrics etcd-server prometheus
+  nginx-light victoria-metrics etcd-server prometheus prometheus-alertmanager
   clang libclang-rt-14-dev
 )
 case "${1:-}" in

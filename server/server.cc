@@ -32,6 +32,7 @@
 #include "server/cluster/profile_backups.h"
 #include "server/ingest/ingest_service.h"
 #include "server/ingest/remote_write_receiver.h"
+#include "server/alertmanager/alertmanager.h"
 #include "server/remote_write/remote_write.h"
 #include "server/health/store_watch.h"
 #include "server/watchdog/watchdog.h"
@@ -358,6 +359,32 @@ absl::Status VigilServer::Start() {
   };
   auto store_watch = std::make_unique<StoreWatch>(std::move(watch_options));
   store_watch->Start();
+  // Alertmanager both ways (server/alertmanager/alertmanager.h).
+  AlertmanagerOptions am_options = options_.alertmanager;
+  am_options.public_url = escalation_options.notifications.public_url;
+  std::unique_ptr<AlertForwarder> alert_forwarder;
+  if (!am_options.forward_urls.empty()) {
+    alert_forwarder = std::make_unique<AlertForwarder>(
+        am_options, transport_, clock_, [d = detection.get()] {
+          IncidentFilter firing;
+          firing.state = IncidentState::kFiring;
+          firing.limit = 100'000;
+          return d->ListIncidents(firing);
+        });
+  }
+  std::unique_ptr<AlertIntake> alert_intake;
+  std::unique_ptr<PeriodicThread> alert_expiry;
+  if (am_options.intake) {
+    alert_intake = std::make_unique<AlertIntake>(
+        am_options, store.get(), clock_,
+        [d = detection.get()](IncidentUpdate update) { return d->PublishExternal(std::move(update)); });
+    VIGIL_RETURN_IF_ERROR(alert_intake->Load());
+    alert_expiry = std::make_unique<PeriodicThread>(
+        clock_, 5, [i = alert_intake.get()] { i->Expire(); },
+        [](const std::string& what) {
+          std::fprintf(stderr, "vigil-server: alert intake: %s\n", what.c_str());
+        });
+  }
   std::vector<FrameObserver*> observers = {fleet.get()};
   if (observer_ != nullptr) observers.push_back(observer_);
   if (remote_write != nullptr) observers.push_back(remote_write.get());
@@ -411,6 +438,7 @@ absl::Status VigilServer::Start() {
 
   HttpApiOptions http_options;
   http_options.remote_write_receiver = receiver.get();
+  http_options.alert_intake = alert_intake.get();
   http_options.store = store.get();
   http_options.clock = clock_;
   http_options.metrics = &metrics_;
@@ -452,6 +480,16 @@ absl::Status VigilServer::Start() {
                                  r = receiver.get()] {
       return (more ? more() : std::string()) + r->MetricsText();
     };
+  if (alert_forwarder != nullptr)
+    http_options.more_metrics = [more = std::move(http_options.more_metrics),
+                                 f = alert_forwarder.get()] {
+      return (more ? more() : std::string()) + f->MetricsText();
+    };
+  if (alert_intake != nullptr)
+    http_options.more_metrics = [more = std::move(http_options.more_metrics),
+                                 i = alert_intake.get()] {
+      return (more ? more() : std::string()) + i->MetricsText();
+    };
   auto http = std::make_unique<HttpApi>(http_options);
   if (member != nullptr) {
     member->WatchPrefix("sessions/", [h = http.get()](
@@ -487,6 +525,11 @@ absl::Status VigilServer::Start() {
   ingest_ = std::move(ingest);
   remote_write_receiver_ = std::move(receiver);
   if (remote_write_receiver_ != nullptr) remote_write_receiver_->Start();
+  alert_forwarder_ = std::move(alert_forwarder);
+  if (alert_forwarder_ != nullptr) alert_forwarder_->Start();
+  alert_intake_ = std::move(alert_intake);
+  alert_expiry_ = std::move(alert_expiry);
+  if (alert_expiry_ != nullptr) alert_expiry_->Start();
   grpc_server_ = std::move(grpc_server);
   http_ = std::move(http);
   grpc_port_ = grpc_port;
@@ -569,6 +612,10 @@ absl::Status VigilServer::Stop() {
   // No request may reach the ingest path once it is gone: HTTP (remote
   // write) stops first, and the receiver hands its open frames over.
   http_->Stop();
+  if (alert_expiry_ != nullptr) alert_expiry_->Stop();
+  alert_expiry_.reset();
+  if (alert_forwarder_ != nullptr) alert_forwarder_->Stop();
+  alert_forwarder_.reset();
   if (remote_write_receiver_ != nullptr) remote_write_receiver_->Stop();
   remote_write_receiver_.reset();
   ingest_.reset();

@@ -34,6 +34,8 @@ class EscalationService;
 class EventHub;
 class FleetView;
 class RemoteWriteReceiver;
+class AlertForwarder;
+class AlertIntake;
 class HttpApi;
 class IngestService;
 class RemoteWriter;
@@ -110,6 +112,9 @@ class VigilServer {
   std::unique_ptr<StreamAuthenticator> stream_auth_;
   std::unique_ptr<IngestService> ingest_;
   std::unique_ptr<RemoteWriteReceiver> remote_write_receiver_;  // uses ingest_
+  std::unique_ptr<AlertForwarder> alert_forwarder_;  // reads detection_
+  std::unique_ptr<AlertIntake> alert_intake_;        // publishes to detection_
+  std::unique_ptr<PeriodicThread> alert_expiry_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<HttpApi> http_;
   // Rollups to a remote-write endpoint, or null when not configured.

@@ -24,16 +24,17 @@ while read -r part allowed; do
   check "server/$part/ includes a server part it may not use" "$(grep -rnoE '#include "server/[a-z_]+(/|\.h)' --include='*.h' --include='*.cc' "server/$part" 2>/dev/null | grep -vE "#include \"server/($part|$allowed)(/|\.h)")"
 done <<'PARTS'
 watchdog     -
+alertmanager -
 remote_write frame_observer
 cluster      -
-config       watchdog|remote_write|cluster
+config       watchdog|remote_write|cluster|alertmanager
 ingest       config|cluster|frame_observer
 fleet        config|frame_observer
 detection    fleet|frame_observer
 health       -
 delivery     -
 escalation   config|cluster|delivery|detection|fleet
-api          config|cluster|ingest|detection|fleet|escalation
+api          config|cluster|ingest|detection|fleet|escalation|alertmanager
 replay       -
 PARTS
 # Every server source file lives in a part's folder, except the wiring and

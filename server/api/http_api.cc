@@ -309,9 +309,11 @@ void HttpApi::InstallHandlers() {
     // profiles carries no user's token; its handler checks the signature.
     const bool peer = req.path == cluster::kProfilesPath &&
                       req.has_header(cluster::kPeerSignatureHeader);
-    // Remote write carries a remote_write token, checked by its handler.
+    // Remote write and alerts carry machine senders' tokens (the
+    // remote_write role), checked by their handlers.
     const bool gated = (req.path.rfind("/api/", 0) == 0 &&
                         req.path != "/api/v1/session" && req.path != kRemoteWritePath &&
+                        req.path != "/api/v1/alerts" && req.path != "/api/v2/alerts" &&
                         req.path != "/api/v1/callbacks/twilio/voice" && !peer) ||
                        req.path == "/metrics";
     if (options_.auth == nullptr || !gated)
@@ -557,6 +559,25 @@ void HttpApi::InstallHandlers() {
       ReplyError(res, absl::IsResourceExhausted(s) ? 413 : HttpStatusOf(s),
                  std::string(s.message()));
     });
+  }
+
+  if (o.alert_intake != nullptr) {
+    for (const bool webhook : {true, false}) {
+      server_->Post(webhook ? "/api/v1/alerts" : "/api/v2/alerts",
+                    [this, &o, webhook](const httplib::Request& req, httplib::Response& res) {
+        if (o.auth != nullptr &&
+            !authorizer_.Authorize(CredentialsOf(req), Role::kRemoteWrite).ok()) {
+          // An operator may send an alert by hand.
+          absl::StatusOr<RequestIdentity> who =
+              authorizer_.Authorize(CredentialsOf(req), Role::kOperator);
+          if (!who.ok()) return ReplyStatus(res, who.status());
+        }
+        absl::StatusOr<AlertIntake::Counts> counts = o.alert_intake->Receive(req.body, webhook);
+        if (!counts.ok()) return ReplyStatus(res, counts.status());
+        Reply(res, 200, Json{{"opened", counts->opened}, {"updated", counts->updated},
+                             {"resolved", counts->resolved}, {"looped", counts->looped}});
+      });
+    }
   }
 
   server_->Get("/api/v1/series", [&o](const httplib::Request& req,

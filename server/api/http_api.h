@@ -12,6 +12,8 @@
 //                            of GPU-wide evidence named) and timeline
 //   POST /api/v1/write       Prometheus remote write 1.0 in (a
 //                            remote_write token; 204 when stored)
+//   POST /api/v1/alerts      Alertmanager webhook (v4) in, as incidents
+//   POST /api/v2/alerts      alerts in the shape Prometheus sends them
 //   GET /                        files of the web dir (index.html)
 // and, with escalation, the operator API of server/api/http_escalation.cc
 // (acknowledge, silences, deliveries, actions, audit, on-call), and the
@@ -41,6 +43,7 @@
 #include "server/fleet/fleet_view.h"
 #include "server/ingest/ingest_metrics.h"
 #include "server/ingest/remote_write_receiver.h"
+#include "server/alertmanager/alertmanager.h"
 #include "server/api/web_sessions.h"
 #include "server/cluster/cluster_member.h"
 #include "server/cluster/ownership.h"
@@ -77,6 +80,10 @@ struct HttpApiOptions {
   // Prometheus remote write in (POST /api/v1/write, remote_write tokens
   // only); null: that path answers 404.
   RemoteWriteReceiver* remote_write_receiver = nullptr;
+  // Alerts of Prometheus rules in (POST /api/v1/alerts: Alertmanager's
+  // webhook; POST /api/v2/alerts: the shape Prometheus sends an
+  // Alertmanager), for remote_write or operator tokens; null: 404.
+  AlertIntake* alert_intake = nullptr;
   // More Prometheus text appended to /metrics (e.g. the watchdog's);
   // called from request threads, so it must be thread-safe. Null: none.
   std::function<std::string()> more_metrics;

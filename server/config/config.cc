@@ -239,7 +239,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
                                "http_listen", "web_dir", "storage", "ingest",
                                "http", "detection", "auth", "escalation",
                                "notifications", "actuator", "watchdog",
-                               "remote_write", "remote_write_receiver", "cluster"})) {
+                               "remote_write", "remote_write_receiver", "alertmanager",
+                               "cluster"})) {
     r.String(root, "", "data_dir", &o.data_dir);
     r.Bool(root, "", "memory", &o.memory);
     r.String(root, "", "grpc_listen", &o.grpc_listen);
@@ -368,6 +369,8 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options) {
       ReadWatchdogConfig(*it, r, &o.watchdog);
     if (auto it = root.find("remote_write"); it != root.end())
       ParseRemoteWriteSection(*it, r, &o.remote_write);
+    if (auto it = root.find("alertmanager"); it != root.end())
+      ParseAlertmanagerSection(*it, r, &o.alertmanager);
     if (auto it = root.find("remote_write_receiver"); it != root.end())
       ParseRemoteWriteReceiverSection(*it, r, &o.remote_write_receiver);
     if (auto it = root.find("cluster"); it != root.end())

@@ -19,6 +19,7 @@
 #include "rules/rule.h"
 #include "server/config/auth.h"
 #include "server/cluster/cluster_member.h"
+#include "server/alertmanager/alertmanager.h"
 #include "server/config/receiver_config.h"
 #include "server/remote_write/remote_write.h"
 #include "server/watchdog/watchdog.h"
@@ -75,6 +76,7 @@ namespace vigil {
 //    "watchdog": {...see server/watchdog/watchdog.h...},
 //    "remote_write": {...see server/remote_write/remote_write.h...},
 //    "remote_write_receiver": {...see server/config/receiver_config.h...},
+//    "alertmanager": {...see server/alertmanager/alertmanager.h...},
 //    "cluster": {...see server/cluster/cluster_config.h...}}
 
 // Where the pages of one escalation channel ("phone", "sms", "im",
@@ -288,6 +290,9 @@ struct ServerOptions {
   // Prometheus remote write in (POST /api/v1/write); off when absent
   // (server/ingest/remote_write_receiver.h).
   std::optional<RemoteWriteReceiverOptions> remote_write_receiver;
+  // Alertmanager both ways: incidents forwarded as alerts, alerts of
+  // Prometheus rules taken in (server/alertmanager/alertmanager.h).
+  AlertmanagerOptions alertmanager;
   // Cluster mode: membership, shards and leaderships in etcd; absent (the
   // default) for a single server (server/cluster/cluster_config.h).
   std::optional<cluster::ClusterOptions> cluster;

@@ -17,12 +17,16 @@ The test checks, in order:
   2. A healthy stretch opens no P0-P2 incident.
   3. A fault in the fixture (one GPU's power 80 W below its peers) opens the
      P2 gpu_power_low on that GPU, and a DCGM XID opens the XID red line.
-  4. The incidents wait for a human before any action: the node is only
-     claimed by remote-written labels.
+  4. Nodes fed by remote write are marked as such.
+  5. Alertmanager both ways (a real Alertmanager 0.25): Vigil's incidents
+     are alerts in it (vigil_incident label); it routes every alert to
+     Vigil's webhook, where Vigil's own are dropped (nothing loops) and a
+     Prometheus rule's alert (a GPU too hot) becomes an incident that
+     resolves when the rule does.
 
 Usage: prometheus_e2e.py BUILD_DIR
 Exit 0 on success; the reason on stderr otherwise. Skips (exit 77) without
-a prometheus binary.
+the prometheus or prometheus-alertmanager binaries.
 """
 import hashlib
 import json
@@ -46,7 +50,7 @@ GPUS = 4
 
 # Fault injection, changed by the test: (node, gpu) -> watts below normal;
 # (node, gpu) -> last XID code.
-STATE = {"drop": {}, "xid": {}, "tick": 0}
+STATE = {"drop": {}, "xid": {}, "temp": {}, "tick": 0}
 LOCK = threading.Lock()
 
 
@@ -61,6 +65,7 @@ def dcgm_text(node):
     with LOCK:
         drop = dict(STATE["drop"])
         xid = dict(STATE["xid"])
+        temp = dict(STATE["temp"])
         STATE["tick"] += 1
         tick = STATE["tick"]
     lines = []
@@ -84,7 +89,7 @@ def dcgm_text(node):
             if name == "DCGM_FI_DEV_POWER_USAGE":
                 value = 650 + g + wiggle - drop.get((node, g), 0)
             elif name == "DCGM_FI_DEV_GPU_TEMP":
-                value = 63 + g % 2
+                value = temp.get((node, g), 63 + g % 2)
             elif name == "DCGM_FI_DEV_SM_CLOCK":
                 value = 1980
             elif name == "DCGM_FI_DEV_GPU_UTIL":
@@ -176,13 +181,15 @@ def wait_for(what, check, timeout):
 def main():
     build = os.path.abspath(sys.argv[1])
     prometheus = shutil.which("prometheus")
-    if prometheus is None:
-        print("SKIP: no prometheus binary (deploy/install-deps.sh installs it)")
+    alertmanager = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if prometheus is None or alertmanager is None:
+        print("SKIP: no prometheus or alertmanager binary (deploy/install-deps.sh installs them)")
         return 77
     tmp = tempfile.mkdtemp(prefix="vigil-prom-e2e-")
     procs = []
     try:
-        http_port, grpc_port, prom_port = free_port(), free_port(), free_port()
+        http_port, grpc_port, prom_port, am_port = free_port(), free_port(), free_port(), free_port()
+        am_url = f"http://127.0.0.1:{am_port}"
         vigil_url = f"http://127.0.0.1:{http_port}"
         global VIGIL_URL
         VIGIL_URL = vigil_url
@@ -197,6 +204,8 @@ def main():
             # the job (8 GPUs: 25 s) before it judges.
             "remote_write_receiver": {"frame_grace_seconds": 2},
             "detection": {"warmup_steps": 5, "warmup_max_seconds": 5, "rewarm_seconds": 5},
+            "alertmanager": {"forward_urls": [am_url], "check_seconds": 1,
+                             "min_severity": "P2", "intake": {"enabled": True}},
         }
         with open(os.path.join(tmp, "vigil.json"), "w") as f:
             json.dump(config, f)
@@ -219,10 +228,49 @@ def main():
             f"      - targets: ['127.0.0.1:{e.server_address[1]}']\n"
             f"        labels: {{Hostname: '{n}'}}"
             for e, n in zip(node_exporters, NODES))
+        with open(os.path.join(tmp, "rules.yml"), "w") as f:
+            f.write("""
+groups:
+  - name: gpu
+    interval: 1s
+    rules:
+      - alert: GpuTooHot
+        expr: DCGM_FI_DEV_GPU_TEMP > 85
+        labels: {severity: critical}
+        annotations: {summary: "GPU {{ $labels.gpu }} of {{ $labels.Hostname }} is too hot"}
+""")
+        with open(os.path.join(tmp, "alertmanager.yml"), "w") as f:
+            f.write(f"""
+route:
+  receiver: vigil
+  group_by: [alertname, vigil_incident, Hostname, gpu]
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 1m
+receivers:
+  - name: vigil
+    webhook_configs:
+      - url: {vigil_url}/api/v1/alerts
+        send_resolved: true
+        http_config:
+          authorization: {{credentials_file: {tmp}/token}}
+""")
+        am_log = open(os.path.join(tmp, "alertmanager.log"), "w")
+        procs.append(subprocess.Popen(
+            [alertmanager, f"--config.file={tmp}/alertmanager.yml",
+             f"--storage.path={tmp}/am", f"--web.listen-address=127.0.0.1:{am_port}",
+             "--cluster.listen-address="],
+            stdout=am_log, stderr=subprocess.STDOUT))
         prom_config = f"""
 global:
   scrape_interval: 1s
   scrape_timeout: 900ms
+  evaluation_interval: 1s
+rule_files: [{tmp}/rules.yml]
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: ['127.0.0.1:{am_port}']
 scrape_configs:
   - job_name: dcgm-exporter
     static_configs:
@@ -321,6 +369,53 @@ remote_write:
         if sources.get("gpu-a") != "remote_write":
             raise SystemExit(f"FAIL: /api/v1/nodes sources: {sources}")
         print("ok: nodes fed by remote write are marked so")
+
+        # 5. Alertmanager both ways.
+        power_id = power_incident()["id"]
+
+        def in_alertmanager():
+            for a in get_json(f"{am_url}/api/v2/alerts"):
+                if a["labels"].get("vigil_incident") == power_id:
+                    return a
+        a = wait_for(f"{power_id} as an alert in Alertmanager", in_alertmanager, 30)
+        if a["labels"].get("alertname") != "gpu_power_low" or a["labels"].get("node") != "gpu-b":
+            raise SystemExit(f"FAIL: Alertmanager holds {a['labels']}")
+        print(f"ok: {power_id} is an alert in Alertmanager: {a['labels']}")
+
+        def metric(name):
+            with urllib.request.urlopen(vigil_url + "/metrics", timeout=5) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith(name + " "):
+                        return float(line.split()[-1])
+            return 0.0
+        wait_for("Vigil's own alerts coming back from Alertmanager dropped",
+                 lambda: metric('vigil_alert_intake_alerts_total{outcome="looped"}') > 0, 30)
+        looped = [i for i in get_json(f"{vigil_url}/api/v1/incidents?state=all")["incidents"]
+                  if i["kind"].startswith("alert:") and "vigil" not in i["kind"]
+                  and i["kind"] != "alert:GpuTooHot"]
+        if looped:
+            raise SystemExit(f"FAIL: Vigil's own alerts came back as incidents: {looped}")
+        print("ok: Vigil's own alerts come back from Alertmanager and are dropped")
+
+        with LOCK:
+            STATE["temp"][("gpu-a", 0)] = 95
+        t0 = time.time()
+
+        def hot_incident():
+            for i in get_json(f"{vigil_url}/api/v1/incidents?state=all")["incidents"]:
+                if i["kind"] == "alert:GpuTooHot" and i["node"] == "gpu-a":
+                    return i
+        inc = wait_for("the Prometheus rule's alert as a Vigil incident", hot_incident, 60)
+        if inc["severity"] != "P1" or inc["job"] != JOB or inc["gpu"] != 0:
+            raise SystemExit(f"FAIL: the rule's incident is {json.dumps(inc)}")
+        print(f"ok: Prometheus rule GpuTooHot -> Alertmanager -> {inc['id']} {inc['severity']} "
+              f"after {time.time() - t0:.1f} s")
+        with LOCK:
+            STATE["temp"].pop(("gpu-a", 0))
+        wait_for("the rule's incident resolved with the rule",
+                 lambda: get_json(f"{vigil_url}/api/v1/incidents/{inc['id']}")["state"]
+                 == "resolved", 60)
+        print(f"ok: {inc['id']} resolved when the rule did")
         return 0
     finally:
         for p in reversed(procs):
