@@ -12,9 +12,11 @@
 // A simulated node (--simulate[=SCENARIO]) streams the simulator's frames
 // instead, optionally with a fault scenario. Flags override the config file
 // (agent/agent_config.h; the example deploy/systemd/agent.json lists every
-// key). Flags take "--name value" or "--name=value"; the switches --insecure
-// and --once take none, and --simulate takes a value only as
-// --simulate=SCENARIO (bare --simulate means "healthy"). SCENARIO is a fault
+// key). The flags are Abseil flags below, parsed by common/flags.h (--help,
+// --version, exit 2 on a bad flag; docs/CLI.md): "--name value" or
+// "--name=value"; the switches --insecure and --once take none, and
+// --simulate takes a value only as --simulate=SCENARIO (bare --simulate
+// means "healthy"). SCENARIO is a fault
 // kind (vigil::agent::SimulatedFaultKinds) or a JSON scenario file. The fault sits
 // on --fault-node (default: this node) unless the spec names a node; a node
 // the fault is not on still shows its job-wide effects (a straggler slows, a
@@ -30,18 +32,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <map>
 #include <memory>
-#include <set>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "agent/agent_config.h"
 #include "agent/agent_metrics.h"
 #include "agent/collect_runner.h"
@@ -52,101 +54,99 @@
 #include "agent/pair_streamer.h"
 #include "agent/stream_client.h"
 #include "agent/transport_security.h"
+#include "common/flags.h"
 #include "nlohmann/json.hpp"
 
-namespace {
+// Flags that mirror a config key override it only when given; their
+// defaults are the config's.
+ABSL_FLAG(std::string, config, "", "FILE: agent config (agent/agent_config.h; every key: "
+          "deploy/systemd/agent.json)");
+ABSL_FLAG(std::string, server, "", "HOST:PORT: vigil-server's gRPC ingest address");
+ABSL_FLAG(std::string, node, "", "NAME: this node's name (default: the host name up to its "
+          "first dot)");
+ABSL_FLAG(bool, insecure, false, "talk plain text to the server (never the default)");
+ABSL_FLAG(std::string, tls_ca, "", "FILE: CA certificates that sign the server's certificate");
+ABSL_FLAG(std::string, tls_cert, "", "FILE: this node's client certificate (with --tls-key)");
+ABSL_FLAG(std::string, tls_key, "", "FILE: the key of --tls-cert");
+ABSL_FLAG(std::string, tls_server_name, "", "NAME: the name the server's certificate must carry");
+ABSL_FLAG(std::string, token_file, "", "FILE: this node's bearer token");
+ABSL_FLAG(double, interval, vigil::agent::AgentConfig().interval_seconds,
+          "SECONDS: between frames (> 0)");
+ABSL_FLAG(double, duration, 0, "SECONDS: stop after this long (0: run until a signal)");
+ABSL_FLAG(std::string, spool_dir, "",
+          "DIR: disk spool of unacknowledged batches (none: queue in memory, 64 MiB)");
+ABSL_FLAG(uint64_t, spool_max_mb, vigil::agent::AgentConfig().spool_max_mb,
+          "MB: bound of the disk spool; the oldest batches are dropped beyond it");
+ABSL_FLAG(std::string, metrics_listen, "", "HOST:PORT: serve the agent's own /metrics here");
+ABSL_FLAG(std::string, idle_job, vigil::agent::AgentConfig().idle_job,
+          "NAME: the job of a node that runs none");
+ABSL_FLAG(std::string, collectors, "",
+          "LIST: only these collectors, comma-separated (nvml, infiniband, disk, cpu, training; "
+          "none: no collector)");
+ABSL_FLAG(std::string, nvml_library, vigil::agent::AgentConfig().nvml.library,
+          "FILE: the NVML library to load");
+ABSL_FLAG(std::string, sysfs_root, vigil::agent::AgentConfig().sysfs_root,
+          "DIR: where sysfs is mounted");
+ABSL_FLAG(std::string, proc_root, vigil::agent::AgentConfig().proc_root,
+          "DIR: where procfs is mounted");
+ABSL_FLAG(std::string, training_socket, vigil::agent::AgentConfig().training.socket,
+          "PATH: the Unix socket training processes report to");
+ABSL_FLAG(bool, once, false, "print one frame of this node as JSON and exit");
+ABSL_FLAG(std::string, simulate, "",
+          "SCENARIO: stream a simulated node instead: healthy, a fault kind (below) or FILE.json");
+ABSL_FLAG(std::string, job, vigil::agent::SimulatedNodeOptions().job,
+          "NAME: the simulated node's job");
+ABSL_FLAG(int, gpus, vigil::agent::SimulatedNodeOptions().gpus, "GPUs (and NICs) of the node");
+ABSL_FLAG(uint64_t, seed, vigil::agent::SimulatedNodeOptions().seed, "seed of the simulation");
+ABSL_FLAG(int64_t, start_step, vigil::agent::SimulatedNodeOptions().start_step,
+          "STEP: the training step the job starts at");
+ABSL_FLAG(std::string, fault_node, "", "NAME: the node the fault sits on (default: this node)");
+ABSL_FLAG(std::optional<int>, fault_gpu, std::nullopt, "GPU: the faulty GPU (default: the kind's)");
+ABSL_FLAG(std::optional<int64_t>, fault_at_step, std::nullopt,
+          "STEP: the step the fault starts at (>= 0)");
+ABSL_FLAG(std::optional<double>, fault_at, std::nullopt,
+          "SECONDS: when the fault starts (>= 0; default: the kind's, often 120)");
 
-constexpr char kUsage[] =
-    "usage: vigil-agent [--config FILE] --server HOST:PORT [--node NAME]\n"
-    "  transport: --insecure (plain text) | [--tls-ca FILE]\n"
-    "             [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]\n"
-    "             [--token-file FILE]\n"
-    "  common:    [--interval 1.0] [--duration SECONDS (0 = forever)]\n"
-    "             [--spool-dir DIR (none: queue in memory)] [--spool-max-mb 256]\n"
-    "             [--metrics-listen HOST:PORT (none)]\n"
-    "  real node: [--idle-job idle] [--collectors nvml,infiniband,disk,cpu,training]\n"
-    "             [--nvml-library libnvidia-ml.so.1] [--sysfs-root /sys]\n"
-    "             [--proc-root /proc] [--training-socket /run/vigil/train.sock]\n"
-    "             [--once: print one frame as JSON and exit]\n"
-    "  simulated: --simulate[=SCENARIO] [--job NAME] [--gpus 8] [--seed N]\n"
-    "             [--start-step N] [--fault-node NAME (this node)] [--fault-gpu 3]\n"
-    "             [--fault-at-step N | --fault-at SECONDS (kind default, 120)]\n"
-    "  SCENARIO: healthy, a fault kind or FILE.json; kinds:\n";
+namespace {
 
 // Seconds the agent keeps trying to deliver pending batches on exit.
 constexpr double kFlushSeconds = 5.0;
 
-void PrintUsage(std::FILE* f) {
-  std::fputs(kUsage, f);
+vigil::flags::Program AgentProgram() {
+  std::string kinds;
   for (const auto& [kind, help] : vigil::agent::SimulatedFaultKinds()) {
-    std::fprintf(f, "    %-20s %s\n", kind.c_str(), help.c_str());
+    std::string name = "  " + kind;
+    name.resize(std::max<size_t>(name.size() + 1, 24), ' ');
+    kinds += name + help + "\n";
   }
+  if (!kinds.empty()) kinds.pop_back();
+  return {
+      .name = "vigil-agent",
+      .synopsis = "vigil-agent [--config FILE] --server HOST:PORT [--node NAME]\n"
+                  "                   (--insecure | [--tls-ca FILE] [--tls-cert FILE --tls-key FILE])\n"
+                  "                   [flags] [--once | --simulate[=SCENARIO]]",
+      .about = "Streams a node's metrics to vigil-server: its GPUs through NVML, RDMA NICs, disks\n"
+               "and CPU through sysfs and /proc, and the training process through a Unix socket;\n"
+               "or, with --simulate, a simulated node's. Flags override the config file.",
+      .notes = "SCENARIO: healthy, a fault kind or FILE.json; kinds:\n" + kinds +
+               "\n\nexit codes: 0 done (--once, --duration, a signal); 1 the collectors stopped\n"
+               "with an error; 2 bad flags or config",
+      .flags_file = __FILE__,
+      .groups = {{"transport", {"insecure", "tls-ca", "tls-cert", "tls-key", "tls-server-name",
+                                "token-file"}},
+                 {"common", {"interval", "duration", "spool-dir", "spool-max-mb", "metrics-listen"}},
+                 {"real node", {"idle-job", "collectors", "nvml-library", "sysfs-root",
+                                "proc-root", "training-socket", "once"}},
+                 {"simulated node", {"simulate", "job", "gpus", "seed", "start-step", "fault-node",
+                                     "fault-gpu", "fault-at-step", "fault-at"}}},
+      .implicit_values = {{"simulate", "healthy"}},
+  };
 }
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "vigil-agent: %s\n", message.c_str());
   std::fprintf(stderr, "(vigil-agent --help lists the flags)\n");
   return 2;
-}
-
-// The command line: valued flags, switches and --simulate.
-struct CommandLine {
-  std::map<std::string, std::string> flags;
-  std::set<std::string> switches;
-  std::string simulate;  // empty: a real node
-  bool help = false;
-};
-
-// Parses argv; an error names the offending argument.
-absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
-  static const std::set<std::string> kValued = {
-      "config", "server", "node", "interval", "duration", "spool-dir",
-      "spool-max-mb", "metrics-listen", "tls-ca", "tls-cert", "tls-key",
-      "tls-server-name", "token-file", "idle-job", "collectors",
-      "nvml-library", "sysfs-root", "proc-root", "training-socket", "job",
-      "gpus", "seed", "start-step", "fault-node", "fault-gpu",
-      "fault-at-step", "fault-at"};
-  static const std::set<std::string> kSwitches = {"insecure", "once"};
-  CommandLine cl;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      cl.help = true;
-      return cl;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError("unexpected argument " + arg);
-    }
-    std::string name = arg.substr(2), value;
-    size_t eq = name.find('=');
-    bool has_value = eq != std::string::npos;
-    if (has_value) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (name == "simulate") {
-      cl.simulate = has_value ? value : "healthy";
-      continue;
-    }
-    if (kSwitches.count(name)) {
-      if (has_value) {
-        return absl::InvalidArgumentError("--" + name + " takes no value");
-      }
-      cl.switches.insert(name);
-      continue;
-    }
-    if (!kValued.count(name)) {
-      return absl::InvalidArgumentError("unknown flag --" + name);
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) {
-        return absl::InvalidArgumentError("--" + name + " needs a value");
-      }
-      value = argv[++i];
-    }
-    cl.flags[name] = value;
-  }
-  return cl;
 }
 
 // The host name up to its first dot, as Slurm names nodes.
@@ -157,37 +157,35 @@ std::string ShortHostName() {
   return name.substr(0, name.find('.'));
 }
 
-// Applies the flags that mirror config keys on top of `config`.
-absl::Status ApplyFlags(const CommandLine& cl, vigil::agent::AgentConfig* c) {
-  auto flag = [&](const char* name, std::string* out) {
-    if (auto it = cl.flags.find(name); it != cl.flags.end()) *out = it->second;
+// Applies the flags that mirror config keys, where given, on top of `config`.
+absl::Status ApplyFlags(const vigil::flags::Parsed& flags, vigil::agent::AgentConfig* c) {
+  auto flag = [&](const char* name, const absl::Flag<std::string>& value, std::string* out) {
+    if (flags.Given(name)) *out = absl::GetFlag(value);
   };
-  flag("server", &c->server);
-  flag("node", &c->node);
-  flag("idle-job", &c->idle_job);
-  flag("spool-dir", &c->spool_dir);
-  flag("metrics-listen", &c->metrics_listen);
-  flag("tls-ca", &c->transport.ca_file);
-  flag("tls-cert", &c->transport.cert_file);
-  flag("tls-key", &c->transport.key_file);
-  flag("tls-server-name", &c->transport.server_name);
-  flag("token-file", &c->transport.token_file);
-  flag("nvml-library", &c->nvml.library);
-  flag("sysfs-root", &c->sysfs_root);
-  flag("proc-root", &c->proc_root);
-  flag("training-socket", &c->training.socket);
-  if (cl.switches.count("insecure")) c->transport.insecure = true;
-  if (auto it = cl.flags.find("interval"); it != cl.flags.end() &&
-      (!absl::SimpleAtod(it->second, &c->interval_seconds) ||
-       !(c->interval_seconds > 0))) {
-    return absl::InvalidArgumentError("bad --interval: want seconds > 0");
+  flag("server", FLAGS_server, &c->server);
+  flag("node", FLAGS_node, &c->node);
+  flag("idle-job", FLAGS_idle_job, &c->idle_job);
+  flag("spool-dir", FLAGS_spool_dir, &c->spool_dir);
+  flag("metrics-listen", FLAGS_metrics_listen, &c->metrics_listen);
+  flag("tls-ca", FLAGS_tls_ca, &c->transport.ca_file);
+  flag("tls-cert", FLAGS_tls_cert, &c->transport.cert_file);
+  flag("tls-key", FLAGS_tls_key, &c->transport.key_file);
+  flag("tls-server-name", FLAGS_tls_server_name, &c->transport.server_name);
+  flag("token-file", FLAGS_token_file, &c->transport.token_file);
+  flag("nvml-library", FLAGS_nvml_library, &c->nvml.library);
+  flag("sysfs-root", FLAGS_sysfs_root, &c->sysfs_root);
+  flag("proc-root", FLAGS_proc_root, &c->proc_root);
+  flag("training-socket", FLAGS_training_socket, &c->training.socket);
+  if (absl::GetFlag(FLAGS_insecure)) c->transport.insecure = true;
+  if (flags.Given("interval")) {
+    c->interval_seconds = absl::GetFlag(FLAGS_interval);
+    if (!(c->interval_seconds > 0)) {
+      return absl::InvalidArgumentError("bad --interval: want seconds > 0");
+    }
   }
-  if (auto it = cl.flags.find("spool-max-mb"); it != cl.flags.end() &&
-      !absl::SimpleAtoi(it->second, &c->spool_max_mb)) {
-    return absl::InvalidArgumentError("bad --spool-max-mb: want 1 to 1048576");
-  }
-  if (auto it = cl.flags.find("collectors"); it != cl.flags.end()) {
-    return vigil::agent::EnableOnlyCollectors(it->second, c);
+  if (flags.Given("spool-max-mb")) c->spool_max_mb = absl::GetFlag(FLAGS_spool_max_mb);
+  if (flags.Given("collectors")) {
+    return vigil::agent::EnableOnlyCollectors(absl::GetFlag(FLAGS_collectors), c);
   }
   return absl::OkStatus();
 }
@@ -246,40 +244,26 @@ void HandleSignals(std::function<void()> stop) {
 
 // The simulated node of --simulate; `config` is already validated.
 absl::StatusOr<std::unique_ptr<vigil::agent::Collector>> MakeSimulator(
-    const CommandLine& cl, const vigil::agent::AgentConfig& config) {
-  auto get = [&](const char* name, const char* fallback) {
-    auto it = cl.flags.find(name);
-    return it == cl.flags.end() ? std::string(fallback) : it->second;
-  };
+    const vigil::agent::AgentConfig& config) {
   vigil::agent::SimulatedNodeOptions options;
-  if (!absl::SimpleAtoi(get("gpus", "8"), &options.gpus) ||
-      !absl::SimpleAtoi(get("seed", "1"), &options.seed) ||
-      !absl::SimpleAtoi(get("start-step", "0"), &options.start_step)) {
-    return absl::InvalidArgumentError(
-        "bad number in --gpus, --seed or --start-step");
+  options.gpus = absl::GetFlag(FLAGS_gpus);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.start_step = absl::GetFlag(FLAGS_start_step);
+  if (std::string node = absl::GetFlag(FLAGS_fault_node); !node.empty()) {
+    options.fault_node = node;
   }
-  if (!get("fault-node", "").empty()) options.fault_node = get("fault-node", "");
-  if (std::string v = get("fault-gpu", ""); !v.empty()) {
-    int gpu = 0;
-    if (!absl::SimpleAtoi(v, &gpu))
-      return absl::InvalidArgumentError("bad --fault-gpu");
-    options.fault_gpu = gpu;
+  options.fault_gpu = absl::GetFlag(FLAGS_fault_gpu);
+  options.fault_at_step = absl::GetFlag(FLAGS_fault_at_step);
+  if (options.fault_at_step.has_value() && *options.fault_at_step < 0) {
+    return absl::InvalidArgumentError("bad --fault-at-step");
   }
-  if (std::string v = get("fault-at-step", ""); !v.empty()) {
-    int64_t step = 0;
-    if (!absl::SimpleAtoi(v, &step) || step < 0)
-      return absl::InvalidArgumentError("bad --fault-at-step");
-    options.fault_at_step = step;
+  options.fault_at_seconds = absl::GetFlag(FLAGS_fault_at);
+  if (options.fault_at_seconds.has_value() && !(*options.fault_at_seconds >= 0)) {
+    return absl::InvalidArgumentError("bad --fault-at");
   }
-  if (std::string v = get("fault-at", ""); !v.empty()) {
-    double at = 0;
-    if (!absl::SimpleAtod(v, &at) || at < 0)
-      return absl::InvalidArgumentError("bad --fault-at");
-    options.fault_at_seconds = at;
-  }
-  options.scenario = cl.simulate;
+  options.scenario = absl::GetFlag(FLAGS_simulate);
   options.node = config.node;
-  options.job = get("job", "llama-70b");
+  options.job = absl::GetFlag(FLAGS_job);
   absl::StatusOr<vigil::agent::SimulatedNode> node =
       vigil::agent::MakeSimulatedNode(options);
   if (!node.ok()) return node.status();
@@ -330,41 +314,34 @@ absl::StatusOr<std::unique_ptr<vigil::agent::PairStreamer>> MakeClient(
 int main(int argc, char** argv) {
   sigset_t stop_signals = StopSignals();
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  absl::StatusOr<CommandLine> cl = ParseCommandLine(argc, argv);
-  if (!cl.ok()) return Fail(std::string(cl.status().message()));
-  if (cl->help) {
-    PrintUsage(stdout);
-    return 0;
-  }
+  const vigil::flags::Parsed flags = vigil::flags::ParseOrExit(AgentProgram(), argc, argv);
   vigil::agent::AgentConfig config;
-  if (auto it = cl->flags.find("config"); it != cl->flags.end()) {
-    if (absl::Status s = vigil::agent::LoadAgentConfigFile(it->second, &config);
+  if (flags.Given("config")) {
+    if (absl::Status s = vigil::agent::LoadAgentConfigFile(absl::GetFlag(FLAGS_config), &config);
         !s.ok()) {
       return Fail(std::string(s.message()));
     }
   }
-  if (absl::Status s = ApplyFlags(*cl, &config); !s.ok()) {
+  if (absl::Status s = ApplyFlags(flags, &config); !s.ok()) {
     return Fail(std::string(s.message()));
   }
   if (config.node.empty()) config.node = ShortHostName();
-  const bool once = cl->switches.count("once") > 0;
+  const bool once = absl::GetFlag(FLAGS_once);
   if (once && config.server.empty()) config.server = "unused:0";
   if (absl::Status s = vigil::agent::ValidateAgentConfig(config); !s.ok()) {
     return Fail(std::string(s.message()));
   }
-  double duration = 0;
-  if (auto it = cl->flags.find("duration"); it != cl->flags.end() &&
-      (!absl::SimpleAtod(it->second, &duration) || duration < 0)) {
-    return Fail("bad --duration: want seconds >= 0");
-  }
+  const double duration = absl::GetFlag(FLAGS_duration);
+  if (!(duration >= 0)) return Fail("bad --duration: want seconds >= 0");
+  // A simulated node; bare --simulate is "healthy", --simulate= a real node.
+  const bool simulated = !absl::GetFlag(FLAGS_simulate).empty();
   vigil::Clock* clock = vigil::RealClock();
 
   std::vector<std::unique_ptr<vigil::agent::Collector>> owned;
   std::unique_ptr<vigil::agent::CollectRunner> collect;
-  if (!cl->simulate.empty()) {
+  if (simulated) {
     if (once) return Fail("--once reads a real node; drop --simulate");
-    absl::StatusOr<std::unique_ptr<vigil::agent::Collector>> made =
-        MakeSimulator(*cl, config);
+    absl::StatusOr<std::unique_ptr<vigil::agent::Collector>> made = MakeSimulator(config);
     if (!made.ok()) return Fail(std::string(made.status().message()));
     owned.push_back(std::move(*made));
   } else {
@@ -443,7 +420,7 @@ int main(int argc, char** argv) {
                "vigil-agent: node %s (instance %s) streaming %s to %s every "
                "%gs\n",
                config.node.c_str(), (*client)->agent_instance().c_str(),
-               !cl->simulate.empty() ? "a simulated node" : "this node",
+               simulated ? "a simulated node" : "this node",
                config.server.c_str(), config.interval_seconds);
   absl::Status status = collect->Run();
   if (!status.ok()) {

@@ -5,89 +5,69 @@
 //                [--no-detect] [--grpc-insecure]
 //                [--etcd URL[,URL...]] [--shard NAME] [--replica NAME]
 //                [--advertise-grpc HOST:PORT] [--advertise-http URL]
-// Flags override the config file; --etcd (or a "cluster" section) turns
-// cluster mode on (docs/SCALING.md). Agents connect over TLS (the config's
-// grpc_tls section) unless --grpc-insecure or "grpc_insecure" asks for
-// plaintext; with neither, the server refuses to start. Port 0 picks a free port; the bound
-// addresses are printed on stdout. A bad config or rule file is reported
-// (every error, with its position) and the server exits non-zero.
+// The flags are Abseil flags below, parsed by common/flags.h (--help,
+// --version, exit 2 on a bad flag; docs/CLI.md). Flags override the config
+// file; --etcd (or a "cluster" section) turns cluster mode on
+// (docs/SCALING.md). Agents connect over TLS (the config's grpc_tls
+// section) unless --grpc-insecure or "grpc_insecure" asks for plaintext;
+// with neither, the server refuses to start. Port 0 picks a free port; the
+// bound addresses are printed on stdout. A bad config or rule file is
+// reported (every error, with its position) and the server exits non-zero.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <string>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/flags.h"
 #include "server/config/config.h"
 #include "server/server.h"
 
+// Each flag overrides its config key only when given.
+ABSL_FLAG(std::string, config, "", "FILE: JSON config (server/config/config.h); flags override it");
+ABSL_FLAG(std::string, data_dir, "", "DIR: directory of the store (required unless --memory)");
+ABSL_FLAG(std::string, grpc_listen, vigil::ServerOptions().grpc_listen,
+          "HOST:PORT: where agents stream frames (gRPC); port 0 picks a free port");
+ABSL_FLAG(std::string, http_listen, vigil::ServerOptions().http_listen,
+          "HOST:PORT: where the HTTP API and UI listen; port 0 picks a free port");
+ABSL_FLAG(bool, memory, false, "keep everything in memory (no data dir)");
+ABSL_FLAG(std::string, web_dir, "", "DIR: serve the web UI from DIR (default: the source tree's web/)");
+ABSL_FLAG(std::string, rules, "",
+          "FILE: JSON rule document applied on top of the built-in catalogue (rules/rule.h); "
+          "errors stop the server");
+ABSL_FLAG(bool, no_detect, false,
+          "store frames without running detection (stored incidents are still served)");
+ABSL_FLAG(bool, grpc_insecure, false,
+          "accept agents over plaintext gRPC, replacing the config's grpc_tls (tests, demos, "
+          "trusted networks); without it the config must have a grpc_tls section");
+ABSL_FLAG(std::string, etcd, "", "URL[,URL]: etcd endpoints (http://host:2379)");
+ABSL_FLAG(std::string, shard, "", "NAME: the shard pair this server belongs to");
+ABSL_FLAG(std::string, replica, "", "NAME: its name within the pair (e.g. the pod name)");
+ABSL_FLAG(std::string, advertise_grpc, "", "HOST:PORT: where agents reach this server");
+ABSL_FLAG(std::string, advertise_http, "", "URL: where other servers reach its API");
+
 namespace {
 
-constexpr char kUsage[] =
-    "usage: vigil-server --data-dir DIR --grpc-listen HOST:PORT "
-    "--http-listen HOST:PORT [--config FILE] [--memory] [--web-dir DIR]\n"
-    "                    [--rules FILE] [--no-detect] [--grpc-insecure]\n"
-    "  --config FILE   JSON config (server/config/config.h); flags override it\n"
-    "  --memory        keep everything in memory (no data dir)\n"
-    "  --web-dir DIR   serve the web UI from DIR\n"
-    "  --rules FILE    JSON rule document applied on top of the built-in\n"
-    "                  catalogue (rules/rule.h); errors stop the server\n"
-    "  --no-detect     store frames without running detection (stored\n"
-    "                  incidents are still served)\n"
-    "  --grpc-insecure accept agents over plaintext gRPC, replacing the\n"
-    "                  config's grpc_tls (tests, demos, trusted networks);\n"
-    "                  without it the config must have a grpc_tls section\n"
-    "  cluster mode (docs/SCALING.md; the config's \"cluster\" section):\n"
-    "  --etcd URL[,URL] etcd endpoints (http://host:2379)\n"
-    "  --shard NAME    the shard pair this server belongs to\n"
-    "  --replica NAME  its name within the pair (e.g. the pod name)\n"
-    "  --advertise-grpc HOST:PORT  where agents reach this server\n"
-    "  --advertise-http URL        where other servers reach its API\n";
-
-// Parses "--name value", "--name=value" and the switches "--memory",
-// "--no-detect" and "--grpc-insecure" into `flags`. False (after printing why) on anything else.
-bool ParseFlags(int argc, char** argv, std::map<std::string, std::string>* flags) {
-  static const char* const kValued[] = {"data-dir", "grpc-listen",
-                                        "http-listen", "config", "web-dir",
-                                        "rules", "etcd", "shard", "replica",
-                                        "advertise-grpc", "advertise-http"};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return false;
-    if (arg.rfind("--", 0) != 0) {
-      std::fprintf(stderr, "vigil-server: unexpected argument '%s'\n", argv[i]);
-      return false;
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-      has_value = true;
-    }
-    if ((name == "memory" || name == "no-detect" || name == "grpc-insecure") &&
-        !has_value) {
-      (*flags)[name] = "true";
-      continue;
-    }
-    bool valued = false;
-    for (const char* known : kValued) valued |= name == known;
-    if (!valued) {
-      std::fprintf(stderr, "vigil-server: unknown flag '--%s'\n", name.c_str());
-      return false;
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "vigil-server: --%s needs a value\n", name.c_str());
-        return false;
-      }
-      value = argv[++i];
-    }
-    (*flags)[name] = value;
-  }
-  return true;
+vigil::flags::Program ServerProgram() {
+  return {
+      .name = "vigil-server",
+      .synopsis = "vigil-server --data-dir DIR --grpc-listen HOST:PORT --http-listen HOST:PORT\n"
+                  "                    [--config FILE] [--memory] [--web-dir DIR] [--rules FILE]\n"
+                  "                    [--no-detect] [--grpc-insecure] [cluster flags]",
+      .about = "Receives the agents' frames, stores them, runs detection and serves the HTTP API\n"
+               "and UI. Flags override the config file. Agents connect over TLS (the config's\n"
+               "grpc_tls section) unless --grpc-insecure or \"grpc_insecure\" asks for plaintext;\n"
+               "with neither, the server refuses to start. The bound addresses are printed on\n"
+               "stdout.",
+      .notes = "exit codes: 0 stopped by SIGINT or SIGTERM; 1 cannot start (a bad rule file, an\n"
+               "address in use, ...) or the flush on stop failed; 2 bad flags or a bad config\n"
+               "(every error printed, with its position)",
+      .flags_file = __FILE__,
+      .groups = {{"cluster mode (docs/SCALING.md; the config's \"cluster\" section)",
+                  {"etcd", "shard", "replica", "advertise-grpc", "advertise-http"}}},
+  };
 }
 
 }  // namespace
@@ -97,43 +77,39 @@ int main(int argc, char** argv) {
   // lock graph (GraphCycles): a few percent of the server's CPU at 1,250
   // streams, for a check our lock order comments and tests already make.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  std::map<std::string, std::string> flags;
-  if (!ParseFlags(argc, argv, &flags)) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
+  const vigil::flags::Parsed flags = vigil::flags::ParseOrExit(ServerProgram(), argc, argv);
   vigil::ServerOptions options;
   options.web_dir = VIGIL_SOURCE_DIR "/web";
-  if (flags.count("config")) {
-    if (absl::Status s = vigil::LoadServerConfigFile(flags["config"], &options);
+  if (flags.Given("config")) {
+    if (absl::Status s = vigil::LoadServerConfigFile(absl::GetFlag(FLAGS_config), &options);
         !s.ok()) {
       std::fprintf(stderr, "vigil-server: bad config:\n%s\n",
                    std::string(s.message()).c_str());
       return 2;
     }
   }
-  if (flags.count("data-dir")) options.data_dir = flags["data-dir"];
-  if (flags.count("grpc-listen")) options.grpc_listen = flags["grpc-listen"];
-  if (flags.count("http-listen")) options.http_listen = flags["http-listen"];
-  if (flags.count("web-dir")) options.web_dir = flags["web-dir"];
-  if (flags.count("memory")) options.memory = true;
-  if (flags.count("rules")) options.rules_file = flags["rules"];
-  if (flags.count("no-detect")) options.detection_enabled = false;
-  if (flags.count("grpc-insecure")) {
+  if (flags.Given("data-dir")) options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (flags.Given("grpc-listen")) options.grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
+  if (flags.Given("http-listen")) options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  if (flags.Given("web-dir")) options.web_dir = absl::GetFlag(FLAGS_web_dir);
+  if (absl::GetFlag(FLAGS_memory)) options.memory = true;
+  if (flags.Given("rules")) options.rules_file = absl::GetFlag(FLAGS_rules);
+  if (absl::GetFlag(FLAGS_no_detect)) options.detection_enabled = false;
+  if (absl::GetFlag(FLAGS_grpc_insecure)) {
     options.grpc_insecure = true;
     options.grpc_tls.reset();
   }
-  if (flags.count("etcd") || flags.count("shard") || flags.count("replica") ||
-      flags.count("advertise-grpc") || flags.count("advertise-http")) {
+  if (flags.Given("etcd") || flags.Given("shard") || flags.Given("replica") ||
+      flags.Given("advertise-grpc") || flags.Given("advertise-http")) {
     if (!options.cluster.has_value()) options.cluster.emplace();
     vigil::cluster::ClusterOptions& c = *options.cluster;
-    if (flags.count("etcd")) {
-      c.etcd_endpoints = absl::StrSplit(flags["etcd"], ',', absl::SkipEmpty());
+    if (flags.Given("etcd")) {
+      c.etcd_endpoints = absl::StrSplit(absl::GetFlag(FLAGS_etcd), ',', absl::SkipEmpty());
     }
-    if (flags.count("shard")) c.shard = flags["shard"];
-    if (flags.count("replica")) c.replica = flags["replica"];
-    if (flags.count("advertise-grpc")) c.advertise_grpc = flags["advertise-grpc"];
-    if (flags.count("advertise-http")) c.advertise_http = flags["advertise-http"];
+    if (flags.Given("shard")) c.shard = absl::GetFlag(FLAGS_shard);
+    if (flags.Given("replica")) c.replica = absl::GetFlag(FLAGS_replica);
+    if (flags.Given("advertise-grpc")) c.advertise_grpc = absl::GetFlag(FLAGS_advertise_grpc);
+    if (flags.Given("advertise-http")) c.advertise_http = absl::GetFlag(FLAGS_advertise_http);
   }
 
   // A bad combination is a config error (exit 2: restarting cannot fix it).

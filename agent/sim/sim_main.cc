@@ -17,34 +17,78 @@
 //             [--interval 10] [--seed 1] [--start-ts 1764000000]
 //             [--faults-per-day 12 | --no-faults]
 //
-// Valued flags take "--name value" or "--name=value".
+// The flags are Abseil flags below, parsed by common/flags.h (--help,
+// --version, exit 2 on a bad flag; docs/CLI.md): "--name value" or
+// "--name=value"; --multi-job and --no-faults are switches.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
-#include <map>
-#include <set>
+#include <optional>
 #include <string>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "agent/sim/cluster_sim.h"
 #include "agent/sim/multi_job_sim.h"
 #include "agent/sim/scenario_spec.h"
 #include "common/clock.h"
+#include "common/flags.h"
+
+ABSL_FLAG(std::string, scenario, "", "NAME|FILE.json|healthy: the fault scenario");
+ABSL_FLAG(std::string, output, "", "FILE|-: where the frames go (JSONL; -: stdout)");
+ABSL_FLAG(std::string, truth, "", "FILE: also write what was injected, as JSON");
+ABSL_FLAG(int, nodes, vigil::agent::ClusterOptions().nodes,
+          "nodes in the cluster (64 with --multi-job)");
+ABSL_FLAG(int, gpus, vigil::agent::ClusterOptions().gpus, "GPUs (and NICs) per node");
+ABSL_FLAG(std::optional<double>, hours, std::nullopt,
+          "H: simulated hours (wins over --seconds; 24 with --multi-job)");
+ABSL_FLAG(std::optional<double>, seconds, std::nullopt,
+          "S: simulated seconds (3600 without --hours)");
+ABSL_FLAG(double, interval, vigil::agent::ClusterOptions().interval_seconds,
+          "SECONDS: between a node's frames (10 with --multi-job)");
+ABSL_FLAG(uint64_t, seed, vigil::agent::ClusterOptions().seed, "seed of all randomness");
+ABSL_FLAG(std::string, job, "llama-70b", "NAME: the job's name");
+ABSL_FLAG(double, start_ts, vigil::agent::ClusterOptions().start_ts,
+          "UNIX_SECONDS: time of the first tick");
+ABSL_FLAG(int64_t, start_step, vigil::agent::ClusterOptions().start_step,
+          "STEP: the training step the job starts at");
+ABSL_FLAG(std::string, fault_node, "", "NAME: the node the fault sits on (e.g. n001)");
+ABSL_FLAG(std::optional<int>, fault_gpu, std::nullopt, "GPU: the faulty GPU (e.g. 3)");
+ABSL_FLAG(std::optional<int64_t>, fault_at_step, std::nullopt,
+          "STEP: the step the fault starts at (>= 0)");
+ABSL_FLAG(std::optional<double>, fault_at, std::nullopt,
+          "SECONDS: when the fault starts (>= 0)");
+ABSL_FLAG(bool, multi_job, false,
+          "simulate a cluster's ordinary life instead: jobs coming and going, faults of "
+          "every kind at random times");
+ABSL_FLAG(std::optional<double>, faults_per_day, std::nullopt,
+          "N: --multi-job: faults injected per simulated day (default: 12)");
+ABSL_FLAG(bool, no_faults, false, "--multi-job: inject no fault (and no lemon node)");
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: vigil-sim --scenario NAME|FILE.json|healthy --output FILE|-\n"
-    "         [--nodes 4] [--gpus 8] [--hours H | --seconds S (3600)]\n"
-    "         [--interval 1.0] [--seed 1] [--job llama-70b]\n"
-    "         [--start-ts 1764000000] [--start-step 0] [--truth FILE]\n"
-    "         [--fault-node n001] [--fault-gpu 3] [--fault-at-step N]\n"
-    "         [--fault-at SECONDS]\n"
-    "   or: vigil-sim --multi-job --output FILE|- [--truth FILE]\n"
-    "         [--nodes 64] [--gpus 8] [--hours 24 | --seconds S]\n"
-    "         [--interval 10] [--seed 1] [--start-ts 1764000000]\n"
-    "         [--faults-per-day 12 | --no-faults]\n";
+vigil::flags::Program SimProgram() {
+  return {
+      .name = "vigil-sim",
+      .synopsis = "vigil-sim --scenario NAME|FILE.json|healthy --output FILE|-\n"
+                  "                 [--nodes 4] [--gpus 8] [--hours H | --seconds S] [flags]\n"
+                  "   or: vigil-sim --multi-job --output FILE|- [--truth FILE]\n"
+                  "                 [--nodes 64] [--hours 24 | --seconds S]\n"
+                  "                 [--faults-per-day 12 | --no-faults]",
+      .about = "Simulates a whole training cluster with an injected fault, or with --multi-job a\n"
+               "cluster living its ordinary life, and writes its frames in the offline replay\n"
+               "input format (JSONL, sorted by ts; vigil-replay reads it), plus optionally a\n"
+               "truth file describing the faults.",
+      .notes = "exit codes: 0 done; 2 bad flags, a bad scenario, or a file that cannot be written",
+      .flags_file = __FILE__,
+      .groups = {{"one fault (without --multi-job)",
+                  {"scenario", "job", "start-step", "fault-node", "fault-gpu", "fault-at-step",
+                   "fault-at"}},
+                 {"cluster life", {"multi-job", "faults-per-day", "no-faults"}}},
+  };
+}
 
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "vigil-sim: %s\n%s", message.c_str(), kUsage);
+  std::fprintf(stderr, "vigil-sim: %s (see --help)\n", message.c_str());
   return 2;
 }
 
@@ -56,44 +100,39 @@ bool WriteFile(const std::string& path, const std::string& text) {
   return std::fclose(f) == 0 && ok;
 }
 
-// --multi-job: `flags` as parsed, `given` the flags on the command line.
-int MultiJob(std::map<std::string, std::string>& flags,
-             const std::set<std::string>& given, bool no_faults) {
+// --multi-job; `flags` as parsed.
+int MultiJob(const vigil::flags::Parsed& flags) {
   for (const char* f : {"scenario", "job", "start-step", "fault-node",
                         "fault-gpu", "fault-at-step", "fault-at"}) {
-    if (given.count(f)) {
+    if (flags.Given(f)) {
       return Fail(std::string("--") + f + " is not a --multi-job flag");
     }
   }
-  if (flags["output"].empty()) return Fail("--output is required");
-  if (no_faults && given.count("faults-per-day")) {
+  const std::string output = absl::GetFlag(FLAGS_output);
+  const std::string truth = absl::GetFlag(FLAGS_truth);
+  if (output.empty()) return Fail("--output is required");
+  const bool no_faults = absl::GetFlag(FLAGS_no_faults);
+  if (no_faults && flags.Given("faults-per-day")) {
     return Fail("give --faults-per-day or --no-faults, not both");
   }
   vigil::agent::MultiJobOptions options;
-  if (!given.count("nodes")) flags["nodes"] = "64";
-  if (!given.count("interval")) flags["interval"] = "10";
-  double hours = 24;
-  if (!absl::SimpleAtoi(flags["nodes"], &options.nodes) ||
-      !absl::SimpleAtoi(flags["gpus"], &options.gpus) ||
-      !absl::SimpleAtod(flags["interval"], &options.interval_seconds) ||
-      !absl::SimpleAtoi(flags["seed"], &options.seed) ||
-      !absl::SimpleAtod(flags["start-ts"], &options.start_ts) ||
-      (!flags["hours"].empty() && !absl::SimpleAtod(flags["hours"], &hours)) ||
-      (!flags["seconds"].empty() &&
-       !absl::SimpleAtod(flags["seconds"], &options.seconds)) ||
-      (!flags["faults-per-day"].empty() &&
-       !absl::SimpleAtod(flags["faults-per-day"], &options.faults_per_day))) {
-    return Fail("bad number in a flag");
-  }
-  if (!flags["hours"].empty() || flags["seconds"].empty()) {
-    options.seconds = hours * 3600;  // --hours wins, as without --multi-job
+  options.nodes = flags.Given("nodes") ? absl::GetFlag(FLAGS_nodes) : 64;
+  options.gpus = absl::GetFlag(FLAGS_gpus);
+  options.interval_seconds = flags.Given("interval") ? absl::GetFlag(FLAGS_interval) : 10;
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.start_ts = absl::GetFlag(FLAGS_start_ts);
+  const std::optional<double> hours = absl::GetFlag(FLAGS_hours);
+  const std::optional<double> seconds = absl::GetFlag(FLAGS_seconds);
+  // --hours wins, as without --multi-job.
+  options.seconds = hours.has_value() || !seconds.has_value() ? hours.value_or(24) * 3600
+                                                              : *seconds;
+  if (std::optional<double> faults = absl::GetFlag(FLAGS_faults_per_day)) {
+    options.faults_per_day = *faults;
   }
   if (no_faults) options.faults_per_day = 0;
 
-  std::FILE* out = flags["output"] == "-"
-                       ? stdout
-                       : std::fopen(flags["output"].c_str(), "w");
-  if (out == nullptr) return Fail("cannot write " + flags["output"]);
+  std::FILE* out = output == "-" ? stdout : std::fopen(output.c_str(), "w");
+  if (out == nullptr) return Fail("cannot write " + output);
   const double started = vigil::RealClock()->Now();
   absl::StatusOr<vigil::agent::MultiJobResult> run =
       vigil::agent::SimulateMultiJob(options, [out](std::string_view s) {
@@ -102,11 +141,10 @@ int MultiJob(std::map<std::string, std::string>& flags,
   bool write_failed = std::fflush(out) != 0 || std::ferror(out) != 0;
   if (out != stdout) write_failed = std::fclose(out) != 0 || write_failed;
   if (!run.ok()) return Fail(std::string(run.status().message()));
-  if (write_failed) return Fail("error writing " + flags["output"]);
-  if (!flags["truth"].empty() &&
-      !WriteFile(flags["truth"],
-                 vigil::agent::MultiJobTruthJson(options, *run))) {
-    return Fail("cannot write " + flags["truth"]);
+  if (write_failed) return Fail("error writing " + output);
+  if (!truth.empty() &&
+      !WriteFile(truth, vigil::agent::MultiJobTruthJson(options, *run))) {
+    return Fail("cannot write " + truth);
   }
   double wall = vigil::RealClock()->Now() - started;
   std::fprintf(stderr,
@@ -126,88 +164,40 @@ int MultiJob(std::map<std::string, std::string>& flags,
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {
-      {"scenario", ""},      {"output", ""},
-      {"nodes", "4"},        {"gpus", "8"},
-      {"hours", ""},         {"seconds", ""},
-      {"interval", "1"},     {"seed", "1"},
-      {"job", "llama-70b"},  {"start-ts", "1764000000"},
-      {"start-step", "0"},   {"truth", ""},
-      {"fault-node", ""},    {"fault-gpu", ""},
-      {"fault-at-step", ""}, {"fault-at", ""},
-      {"faults-per-day", ""}};
-  std::set<std::string> given;
-  bool multi_job = false, no_faults = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (arg == "--multi-job" || arg == "--no-faults") {
-      (arg == "--multi-job" ? multi_job : no_faults) = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) return Fail("unexpected argument " + arg);
-    std::string name = arg.substr(2), value;
-    size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) return Fail("--" + name + " needs a value");
-      value = argv[++i];
-    }
-    if (flags.find(name) == flags.end()) return Fail("unknown flag --" + name);
-    flags[name] = value;
-    given.insert(name);
-  }
-  if (multi_job) return MultiJob(flags, given, no_faults);
-  if (no_faults || given.count("faults-per-day")) {
+  const vigil::flags::Parsed flags = vigil::flags::ParseOrExit(SimProgram(), argc, argv);
+  if (absl::GetFlag(FLAGS_multi_job)) return MultiJob(flags);
+  if (absl::GetFlag(FLAGS_no_faults) || flags.Given("faults-per-day")) {
     return Fail("--faults-per-day and --no-faults need --multi-job");
   }
-  if (flags["scenario"].empty() || flags["output"].empty()) {
+  const std::string scenario = absl::GetFlag(FLAGS_scenario);
+  const std::string output = absl::GetFlag(FLAGS_output);
+  const std::string truth_file = absl::GetFlag(FLAGS_truth);
+  if (scenario.empty() || output.empty()) {
     return Fail("--scenario and --output are required");
   }
   vigil::agent::ClusterOptions options;
-  options.job = flags["job"];
-  double hours = 0;
-  if (!absl::SimpleAtoi(flags["nodes"], &options.nodes) ||
-      !absl::SimpleAtoi(flags["gpus"], &options.gpus) ||
-      !absl::SimpleAtod(flags["interval"], &options.interval_seconds) ||
-      !absl::SimpleAtoi(flags["seed"], &options.seed) ||
-      !absl::SimpleAtod(flags["start-ts"], &options.start_ts) ||
-      !absl::SimpleAtoi(flags["start-step"], &options.start_step) ||
-      (!flags["hours"].empty() && !absl::SimpleAtod(flags["hours"], &hours)) ||
-      (!flags["seconds"].empty() &&
-       !absl::SimpleAtod(flags["seconds"], &options.seconds))) {
-    return Fail("bad number in a flag");
-  }
-  if (!flags["hours"].empty()) options.seconds = hours * 3600;
+  options.job = absl::GetFlag(FLAGS_job);
+  options.nodes = absl::GetFlag(FLAGS_nodes);
+  options.gpus = absl::GetFlag(FLAGS_gpus);
+  options.interval_seconds = absl::GetFlag(FLAGS_interval);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.start_ts = absl::GetFlag(FLAGS_start_ts);
+  options.start_step = absl::GetFlag(FLAGS_start_step);
+  if (std::optional<double> seconds = absl::GetFlag(FLAGS_seconds)) options.seconds = *seconds;
+  if (std::optional<double> hours = absl::GetFlag(FLAGS_hours)) options.seconds = *hours * 3600;
 
   vigil::agent::FaultOverrides overrides;
-  if (!flags["fault-node"].empty()) overrides.node = flags["fault-node"];
-  int gpu = 0;
-  int64_t at_step = 0;
-  double at = 0;
-  if (!flags["fault-gpu"].empty()) {
-    if (!absl::SimpleAtoi(flags["fault-gpu"], &gpu)) return Fail("--fault-gpu");
-    overrides.gpu = gpu;
+  if (std::string node = absl::GetFlag(FLAGS_fault_node); !node.empty()) overrides.node = node;
+  overrides.gpu = absl::GetFlag(FLAGS_fault_gpu);
+  overrides.at_step = absl::GetFlag(FLAGS_fault_at_step);
+  if (overrides.at_step.has_value() && *overrides.at_step < 0) {
+    return Fail("bad --fault-at-step");
   }
-  if (!flags["fault-at-step"].empty()) {
-    if (!absl::SimpleAtoi(flags["fault-at-step"], &at_step) || at_step < 0) {
-      return Fail("bad --fault-at-step");
-    }
-    overrides.at_step = at_step;
+  overrides.at_seconds = absl::GetFlag(FLAGS_fault_at);
+  if (overrides.at_seconds.has_value() && !(*overrides.at_seconds >= 0)) {
+    return Fail("bad --fault-at");
   }
-  if (!flags["fault-at"].empty()) {
-    if (!absl::SimpleAtod(flags["fault-at"], &at) || at < 0) {
-      return Fail("bad --fault-at");
-    }
-    overrides.at_seconds = at;
-  }
-  absl::StatusOr<vigil::agent::ScenarioSpec> spec =
-      vigil::agent::ScenarioSpecFromArg(flags["scenario"]);
+  absl::StatusOr<vigil::agent::ScenarioSpec> spec = vigil::agent::ScenarioSpecFromArg(scenario);
   if (!spec.ok()) return Fail(std::string(spec.status().message()));
   std::vector<std::string> nodes =
       vigil::agent::ClusterNodeNames(std::max(options.nodes, 1));
@@ -216,10 +206,8 @@ int main(int argc, char** argv) {
       options.gpus, options.gpus, &*spec);
   if (!resolved.ok()) return Fail(std::string(resolved.message()));
 
-  std::FILE* out = flags["output"] == "-"
-                       ? stdout
-                       : std::fopen(flags["output"].c_str(), "w");
-  if (out == nullptr) return Fail("cannot write " + flags["output"]);
+  std::FILE* out = output == "-" ? stdout : std::fopen(output.c_str(), "w");
+  if (out == nullptr) return Fail("cannot write " + output);
   const double started = vigil::RealClock()->Now();
   absl::StatusOr<vigil::agent::ClusterRun> run = vigil::agent::SimulateCluster(
       options, *spec,
@@ -227,14 +215,14 @@ int main(int argc, char** argv) {
   bool write_failed = std::fflush(out) != 0 || std::ferror(out) != 0;
   if (out != stdout) write_failed = std::fclose(out) != 0 || write_failed;
   if (!run.ok()) return Fail(std::string(run.status().message()));
-  if (write_failed) return Fail("error writing " + flags["output"]);
-  if (!flags["truth"].empty()) {
-    std::FILE* truth = std::fopen(flags["truth"].c_str(), "w");
+  if (write_failed) return Fail("error writing " + output);
+  if (!truth_file.empty()) {
+    std::FILE* truth = std::fopen(truth_file.c_str(), "w");
     std::string text = vigil::agent::TruthJson(options, spec->name, *run);
     if (truth == nullptr ||
         std::fwrite(text.data(), 1, text.size(), truth) != text.size() ||
         std::fclose(truth) != 0) {
-      return Fail("cannot write " + flags["truth"]);
+      return Fail("cannot write " + truth_file);
     }
   }
   double wall = vigil::RealClock()->Now() - started;

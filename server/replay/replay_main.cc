@@ -8,70 +8,73 @@
 // summary follows at the end. Exit status: 0 done (bad lines included),
 // 1 an input or output file cannot be read or written, 2 bad usage or a bad
 // rules file (every error printed, nothing replayed).
+//
+// The flags are Abseil flags below, parsed by common/flags.h (--help,
+// --version, exit 2 on a bad flag; docs/CLI.md).
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <string>
 
+#include "absl/flags/flag.h"
 #include "common/clock.h"
+#include "common/flags.h"
 #include "rules/rule.h"
 #include "server/replay/replay.h"
 
+ABSL_FLAG(std::string, input, "", "FRAMES.jsonl|-: recorded frames (-: stdin); required");
+ABSL_FLAG(std::string, output, "", "INCIDENTS.jsonl|-: incidents, one JSON line each (-: stdout); "
+          "required");
+ABSL_FLAG(std::string, rules, "",
+          "FILE: JSON rule document applied on top of the built-in catalogue (rules/rule.h)");
+
 namespace {
 
-constexpr char kUsage[] =
-    "usage: vigil-replay --input FRAMES.jsonl --output INCIDENTS.jsonl "
-    "[--rules FILE]\n";
+vigil::flags::Program ReplayProgram() {
+  return {
+      .name = "vigil-replay",
+      .synopsis = "vigil-replay --input FRAMES.jsonl|- --output INCIDENTS.jsonl|- [--rules FILE]",
+      .about = "Runs recorded frames (vigil-sim's output) through the detector and rules with time\n"
+               "taken from the frames, and writes one JSON line per incident raised (and per\n"
+               "severity rise or reopening); server/replay/replay.h has the formats. Bad input\n"
+               "lines go to stderr as \"line N: reason\" and are skipped; a summary follows.",
+      .notes = "exit codes: 0 done (bad lines included); 1 an input or output file cannot be read\n"
+               "or written; 2 bad usage or a bad rules file (every error printed, nothing\n"
+               "replayed)",
+      .flags_file = __FILE__,
+  };
+}
 
 int Usage(const std::string& message) {
-  std::fprintf(stderr, "vigil-replay: %s\n%s", message.c_str(), kUsage);
+  std::fprintf(stderr, "vigil-replay: %s (see --help)\n", message.c_str());
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {
-      {"input", ""}, {"output", ""}, {"rules", ""}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (arg.rfind("--", 0) != 0) return Usage("unexpected argument " + arg);
-    std::string name = arg.substr(2), value;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) return Usage("--" + name + " needs a value");
-      value = argv[++i];
-    }
-    if (flags.find(name) == flags.end()) return Usage("unknown flag --" + name);
-    flags[name] = value;
-  }
-  if (flags["input"].empty() || flags["output"].empty()) {
+  vigil::flags::ParseOrExit(ReplayProgram(), argc, argv);
+  const std::string input = absl::GetFlag(FLAGS_input);
+  const std::string output = absl::GetFlag(FLAGS_output);
+  const std::string rules_file = absl::GetFlag(FLAGS_rules);
+  if (input.empty() || output.empty()) {
     return Usage("--input and --output are required");
   }
 
   vigil::ReplayOptions options;
-  if (!flags["rules"].empty()) {
-    std::ifstream file(flags["rules"]);
+  if (!rules_file.empty()) {
+    std::ifstream file(rules_file);
     std::stringstream text;
     text << file.rdbuf();
     if (!file) {
-      std::fprintf(stderr, "vigil-replay: cannot read %s\n",
-                   flags["rules"].c_str());
+      std::fprintf(stderr, "vigil-replay: cannot read %s\n", rules_file.c_str());
       return 2;
     }
     absl::StatusOr<vigil::RuleSet> rules = vigil::LoadRuleSet(text.str());
     if (!rules.ok()) {
       std::istringstream errors{std::string(rules.status().message())};
       for (std::string line; std::getline(errors, line);) {
-        std::fprintf(stderr, "vigil-replay: %s: %s\n", flags["rules"].c_str(),
-                     line.c_str());
+        std::fprintf(stderr, "vigil-replay: %s: %s\n", rules_file.c_str(), line.c_str());
       }
       return 2;
     }
@@ -79,19 +82,14 @@ int main(int argc, char** argv) {
   }
 
   // "-": standard input (vigil-sim ... --output - | vigil-replay --input -).
-  std::FILE* in = flags["input"] == "-" ? stdin
-                                        : std::fopen(flags["input"].c_str(), "rb");
+  std::FILE* in = input == "-" ? stdin : std::fopen(input.c_str(), "rb");
   if (in == nullptr) {
-    std::fprintf(stderr, "vigil-replay: cannot open %s\n",
-                 flags["input"].c_str());
+    std::fprintf(stderr, "vigil-replay: cannot open %s\n", input.c_str());
     return 1;
   }
-  std::FILE* out = flags["output"] == "-"
-                       ? stdout
-                       : std::fopen(flags["output"].c_str(), "wb");
+  std::FILE* out = output == "-" ? stdout : std::fopen(output.c_str(), "wb");
   if (out == nullptr) {
-    std::fprintf(stderr, "vigil-replay: cannot create %s\n",
-                 flags["output"].c_str());
+    std::fprintf(stderr, "vigil-replay: cannot create %s\n", output.c_str());
     std::fclose(in);
     return 1;
   }

@@ -16,7 +16,8 @@ is installed, what `kubectl kustomize` renders from each kustomization
 Then what the schema cannot know, against the sources:
   - each kustomization's resources and patches exist;
   - every flag passed to vigil-server, vigil-agent and vigil-actuator is one
-    its parser knows (server/main.cc, agent/main.cc, actuator/actuator.cc),
+    it defines (the ABSL_FLAGs of server/main.cc, agent/main.cc,
+    actuator/main.cc),
     and every $(VAR) in args is in the container's env;
   - server.json and agent.json in the ConfigMaps are JSON whose keys the
     parsers know (server/config/config.cc, agent/agent_config.cc);
@@ -94,17 +95,19 @@ def string_list(text, pattern):
     return set(re.findall(r'"([\w-]+)"', m.group(1))) if m else set()
 
 
+def abseil_flags(text):
+    """Names (dashed, as on the command line) of the ABSL_FLAGs in `text`."""
+    return {name.replace("_", "-")
+            for name in re.findall(r"ABSL_FLAG\(\s*[^,]+,\s*(\w+)\s*,", text)}
+
+
 def known_flags():
-    """{binary: set of flag names} from the programs' parsers."""
-    agent = source("agent/main.cc")
-    server = source("server/main.cc")
-    actuator = source("actuator/actuator.cc")
+    """{binary: set of flag names} from the ABSL_FLAGs in each main.cc
+    (common/flags.h)."""
     return {
-        "vigil-agent": (string_list(agent, r"kValued\s*=") |
-                        string_list(agent, r"kSwitches\s*=") | {"simulate"}),
-        "vigil-server": (string_list(server, r"kValued\[\]\s*=") |
-                         set(re.findall(r'flags\.count\("([\w-]+)"\)', server))),
-        "vigil-actuator": string_list(actuator, r"kValued\[\]\s*=") | {"quiet"},
+        "vigil-agent": abseil_flags(source("agent/main.cc")),
+        "vigil-server": abseil_flags(source("server/main.cc")),
+        "vigil-actuator": abseil_flags(source("actuator/main.cc")),
     }
 
 
