@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 
 namespace vigil::ctl {
 namespace {
@@ -241,6 +242,16 @@ std::vector<std::string> Subcommands(std::string_view group) {
   return names;
 }
 
+// Whether some command has a flag called `name`.
+bool IsCommandFlag(std::string_view name) {
+  for (const CommandSpec& spec : Commands()) {
+    for (const FlagSpec& flag : spec.flags) {
+      if (flag.name == name) return true;
+    }
+  }
+  return false;
+}
+
 absl::Status Usage(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
@@ -358,6 +369,7 @@ constexpr char kGlobalFlags[] =
     "  --json                print the server's JSON as is\n"
     "  --help                usage; 'vigilctl COMMAND --help' for one "
     "command\n"
+    "  --version             print the version and exit\n"
     "exit codes: 0 ok, 1 server or HTTP error, 2 usage error\n";
 
 std::string Overview() {
@@ -393,56 +405,56 @@ absl::StatusOr<Invocation> ParseCommandLine(
       {"token", &global.token},
       {"token-file", &global.token_file},
       {"ca-cert", &global.ca_cert_file}};
+  // Every command flag takes a value; a name no command knows takes none,
+  // so that the word after it stays a word and the error names the flag.
+  absl::StatusOr<std::vector<flags::Token>> tokens =
+      flags::Tokenize(args, [&](std::string_view name) {
+        if (name == "json" || name == "help" || name == "version") {
+          return flags::Arity::kSwitch;
+        }
+        if (global_values.count(std::string(name)) || IsCommandFlag(name)) {
+          return flags::Arity::kValue;
+        }
+        return flags::Arity::kUnknown;
+      });
+  if (!tokens.ok()) return tokens.status();
   std::vector<std::string> words;
-  bool flags_ended = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (flags_ended || arg.size() < 2 || arg[0] != '-') {
-      words.push_back(arg);
+  std::string unknown_flag;  // the first flag no command knows
+  for (flags::Token& token : *tokens) {
+    if (!token.is_flag) {
+      words.push_back(std::move(token.name));
       continue;
     }
-    if (arg == "--") {
-      flags_ended = true;
+    const std::string& name = token.name;
+    if (name == "help" || name == "version") {
+      (name == "help" ? invocation.help : invocation.version) = true;
       continue;
-    }
-    if (arg == "-h" || arg == "--help") {
-      invocation.help = true;
-      continue;
-    }
-    if (!absl::StartsWith(arg, "--")) {
-      return Usage(
-          absl::StrCat("unknown flag \"", arg, "\" (flags are spelt --name)"));
-    }
-    std::string name = arg.substr(2);
-    std::optional<std::string> value;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
     }
     if (name == "json") {
-      if (value) return Usage("--json takes no value");
+      if (token.value) return Usage("--json takes no value");
       global.json = true;
       continue;
     }
-    if (!value) {
-      if (i + 1 >= args.size()) {
-        return Usage(absl::StrCat("--", name, " needs a value"));
-      }
-      value = args[++i];
+    if (token.arity == flags::Arity::kUnknown && unknown_flag.empty()) {
+      unknown_flag = name;
     }
+    const std::string value = token.value.value_or("");
     if (auto it = global_values.find(name); it != global_values.end()) {
-      if (value->empty()) return Usage(absl::StrCat("--", name, " is empty"));
-      *it->second = *value;
+      if (value.empty()) return Usage(absl::StrCat("--", name, " is empty"));
+      *it->second = value;
     } else {
-      invocation.flags[name].push_back(*value);
+      invocation.flags[name].push_back(value);
     }
   }
   if (!words.empty() && words.front() == "help") {
     invocation.help = true;
     words.erase(words.begin());
   }
+  // --version needs nothing else (--help, below, wins over it).
+  if (invocation.version && !invocation.help) return invocation;
   if (words.empty()) {
     if (invocation.help) return invocation;
+    if (!unknown_flag.empty()) return Usage(absl::StrCat("unknown flag --", unknown_flag));
     return Usage("no command given");
   }
   auto command = TakeCommand(&words, invocation.help);

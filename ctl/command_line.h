@@ -5,7 +5,8 @@
 //            [--json] COMMAND [ARGS] [FLAGS]
 //
 // Global flags may appear anywhere; "--flag value" and "--flag=value" both
-// work; "--" ends the flags. Every error message names the flag, argument
+// work; "--" ends the flags (the line is split by common/flags.h's Tokenize,
+// as every Vigil binary's is). Every error message names the flag, argument
 // or command at fault.
 #ifndef VIGIL_CTL_COMMAND_LINE_H_
 #define VIGIL_CTL_COMMAND_LINE_H_
@@ -57,6 +58,8 @@ struct Invocation {
   std::map<std::string, std::vector<std::string>> flags;
   // --help, -h or "help": print the usage of `command` and run nothing.
   bool help = false;
+  // --version: print "vigilctl <version>" and run nothing (unless `help`).
+  bool version = false;
 
   // The single value of command flag `name`, or "" when not given.
   std::string Flag(std::string_view name) const;
@@ -66,7 +69,8 @@ struct Invocation {
 // message naming the culprit, for an unknown command or flag, a missing or
 // extra argument, a flag without its value, a repeated flag, or a value
 // that does not parse (duration, matcher, time, limit, ...). With --help
-// only the command itself must be known.
+// only the command itself must be known; with --version nothing is checked
+// but the flags' spelling.
 absl::StatusOr<Invocation> ParseCommandLine(
     const std::vector<std::string>& args, const Environment& env);
 

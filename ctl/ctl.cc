@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "ctl/output.h"
 #include "ctl/requests.h"
 #include "nlohmann/json.hpp"
@@ -151,6 +152,10 @@ int RunVigilCtl(const std::vector<std::string>& args, const Environment& env,
   const Invocation& invocation = *parsed;
   if (invocation.help) {
     out << UsageText(invocation.command);
+    return kExitOk;
+  }
+  if (invocation.version) {
+    out << flags::VersionText("vigilctl");
     return kExitOk;
   }
   if (invocation.command == "hash-token") return HashToken(invocation, out);
