@@ -41,7 +41,7 @@ void ParseTransport(const Json& j, JsonConfigReader& r,
 
 void ParseCollectors(const Json& j, JsonConfigReader& r, AgentConfig* c) {
   if (!r.CheckObject(j, "collectors",
-                     {"nvml", "infiniband", "disk", "cpu", "training"})) {
+                     {"nvml", "infiniband", "disk", "cpu", "training", "exporter"})) {
     return;
   }
   // Reads one collector's section, checking its keys.
@@ -66,6 +66,15 @@ void ParseCollectors(const Json& j, JsonConfigReader& r, AgentConfig* c) {
     r.StringList(*s, "collectors.disk", "devices", &c->disk.devices);
   }
   section("cpu", {}, &c->cpu.enabled);
+  std::set<std::string> exporter_keys = {"urls", "timeout_seconds"};
+  for (const std::string& key : promcompat::MappingKeys()) exporter_keys.insert(key);
+  if (const Json* s = section("exporter", exporter_keys, &c->exporter.enabled)) {
+    r.StringList(*s, "collectors.exporter", "urls", &c->exporter.urls);
+    r.Positive(*s, "collectors.exporter", "timeout_seconds", 1, 60, &c->exporter.timeout_seconds);
+    promcompat::ParseMappingKeys(*s, "collectors.exporter", r, &c->exporter.mapping);
+    if (c->exporter.enabled && c->exporter.urls.empty())
+      r.Error("collectors.exporter.urls", "at least one exporter URL is needed when enabled");
+  }
   if (const Json* s = section("training",
                               {"socket", "stale_seconds",
                                "disconnect_grace_seconds", "verify_jobs",
@@ -90,7 +99,7 @@ void ParseCollectors(const Json& j, JsonConfigReader& r, AgentConfig* c) {
 }  // namespace
 
 std::vector<std::string> CollectorNames() {
-  return {"nvml", "infiniband", "disk", "cpu", "training"};
+  return {"nvml", "infiniband", "disk", "cpu", "training", "exporter"};
 }
 
 absl::Status ParseAgentConfig(std::string_view text, AgentConfig* config) {
@@ -143,7 +152,7 @@ absl::Status LoadAgentConfigFile(const std::string& path, AgentConfig* config) {
 absl::Status EnableOnlyCollectors(std::string_view list, AgentConfig* config) {
   AgentConfig c = *config;
   c.nvml.enabled = c.infiniband.enabled = c.disk.enabled = c.cpu.enabled =
-      c.training.enabled = false;
+      c.training.enabled = c.exporter.enabled = false;
   if (list != "none") {
     for (absl::string_view name :
          absl::StrSplit(absl::string_view(list.data(), list.size()), ',')) {
@@ -152,11 +161,12 @@ absl::Status EnableOnlyCollectors(std::string_view list, AgentConfig* config) {
                       : name == "disk"       ? &c.disk.enabled
                       : name == "cpu"        ? &c.cpu.enabled
                       : name == "training"   ? &c.training.enabled
+                      : name == "exporter"   ? &c.exporter.enabled
                                              : nullptr;
       if (enabled == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
             "unknown collector \"", name,
-            "\" (want nvml, infiniband, disk, cpu, training or none)"));
+            "\" (want nvml, infiniband, disk, cpu, training, exporter or none)"));
       }
       *enabled = true;
     }

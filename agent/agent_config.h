@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "promcompat/metric_mapping.h"
 
 namespace vigil::agent {
 
@@ -54,6 +55,17 @@ struct DiskConfig {
 // The host CPU collector (/proc/stat: iowait).
 struct CpuConfig {
   bool enabled = true;
+};
+
+// Prometheus exporters on the node scraped every tick (dcgm-exporter,
+// node_exporter; agent/exporter_collector.h). Off unless enabled with urls.
+struct ExporterConfig {
+  bool enabled = false;
+  std::vector<std::string> urls;
+  double timeout_seconds = 0.5;
+  // Which exporter metrics become which Vigil series (docs/PROMETHEUS.md);
+  // the node is always the agent's, the job the agent's.
+  promcompat::MappingOptions mapping;
 };
 
 // The endpoint training processes push step metrics into.
@@ -117,6 +129,7 @@ struct AgentConfig {
   DiskConfig disk;
   CpuConfig cpu;
   TrainingConfig training;
+  ExporterConfig exporter;
 };
 
 // Names of the collectors, as used in the config and --collectors.

@@ -4,6 +4,7 @@
 
 #include "agent/cpu_collector.h"
 #include "agent/disk_collector.h"
+#include "agent/exporter_collector.h"
 #include "agent/infiniband_collector.h"
 #include "agent/nvml_collector.h"
 #include "agent/training_endpoint.h"
@@ -65,6 +66,17 @@ absl::StatusOr<std::vector<std::unique_ptr<Collector>>> MakeCollectors(
     o.refuse_unverified = config.training.refuse_unverified;
     o.clock = clock;
     out.push_back(std::make_unique<TrainingCollector>(std::move(o)));
+  }
+  if (config.exporter.enabled) {
+    ExporterOptions o;
+    o.urls = config.exporter.urls;
+    o.timeout_seconds = config.exporter.timeout_seconds;
+    o.mapping = config.exporter.mapping;
+    // The exporters are this node's: their host labels say nothing more.
+    o.mapping.node_labels.clear();
+    o.mapping.default_node = config.node;
+    o.clock = clock;
+    if (absl::Status s = add(ExporterCollector::Create(std::move(o))); !s.ok()) return s;
   }
   return out;
 }

@@ -191,12 +191,14 @@ absl::StatusOr<std::unique_ptr<MetricMapper>> MetricMapper::Create(
     const MappingOptions& options) {
   std::unique_ptr<MetricMapper> m(new MetricMapper());
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
-  if (options.node_labels.empty()) return bad("node_labels: at least one label is needed");
+  if (options.node_labels.empty() && options.default_node.empty())
+    return bad("node_labels: at least one label is needed");
   for (const std::string& label : options.node_labels) {
     if (absl::Status s = ValidateLabelName(label); !s.ok())
       return bad(absl::StrCat("node_labels: ", s.message()));
   }
   m->node_labels_ = options.node_labels;
+  m->default_node_ = options.default_node;
   for (const JobLabelRule& rule : options.job_labels) {
     if (absl::Status s = ValidateLabelName(rule.label); !s.ok())
       return bad(absl::StrCat("job_labels: ", s.message()));
@@ -279,6 +281,7 @@ MetricMapper::Outcome MetricMapper::Map(
       break;
     }
   }
+  if (out->node.empty()) out->node = default_node_;
   if (out->node.empty()) return Outcome::kNoNode;
   out->job.clear();
   for (const CompiledJobRule& rule_of_job : job_rules_) {

@@ -53,6 +53,10 @@ struct MappingOptions {
   // The node of a series: the first of these labels it carries. An
   // "instance" value loses its ":port" ("gpu-7:9400" -> "gpu-7").
   std::vector<std::string> node_labels = {"Hostname", "node", "instance"};
+  // The node of a series that carries none of node_labels; empty: such a
+  // series is kNoNode. An agent scraping its own node's exporter sets its
+  // node name here (and may clear node_labels).
+  std::string default_node;
   // The job of a series: the first rule whose label it carries (and whose
   // regex matches). Prometheus' own "job" label names the scrape job, not
   // the training job, and is never used unless listed here.
@@ -125,6 +129,7 @@ class MetricMapper {
   MetricMapper() = default;
 
   std::vector<std::string> node_labels_;
+  std::string default_node_;
   std::vector<CompiledJobRule> job_rules_;
   std::vector<MetricRule> rules_;
   absl::flat_hash_map<std::string, size_t> by_source_;

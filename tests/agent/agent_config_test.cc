@@ -106,6 +106,29 @@ TEST(AgentConfigTest, ServerUnreachableKeys) {
     EXPECT_NE(m.find(want), std::string::npos) << want << " in\n" << m;
 }
 
+TEST(AgentConfigTest, ExporterCollectorKeys) {
+  AgentConfig c;
+  EXPECT_FALSE(c.exporter.enabled);  // off unless asked for
+  ASSERT_TRUE(ParseAgentConfig(R"({"collectors": {"exporter": {
+      "enabled": true, "urls": ["http://127.0.0.1:9400/metrics"], "timeout_seconds": 2,
+      "passthrough": ["^DCGM_FI_PROF_.*"]}}})",
+                               &c)
+                  .ok());
+  EXPECT_TRUE(c.exporter.enabled);
+  EXPECT_EQ(c.exporter.urls, (std::vector<std::string>{"http://127.0.0.1:9400/metrics"}));
+  EXPECT_EQ(c.exporter.timeout_seconds, 2);
+  EXPECT_EQ(c.exporter.mapping.passthrough, (std::vector<std::string>{"^DCGM_FI_PROF_.*"}));
+  AgentConfig bad;
+  absl::Status s = ParseAgentConfig(R"({"collectors": {"exporter": {"enabled": true,
+      "colour": 1}}})",
+                                    &bad);
+  EXPECT_NE(s.message().find("collectors.exporter.colour"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("collectors.exporter.urls"), std::string::npos) << s;
+  EXPECT_TRUE(EnableOnlyCollectors("exporter,training", &c).ok());
+  EXPECT_TRUE(c.exporter.enabled);
+  EXPECT_FALSE(c.nvml.enabled);
+}
+
 TEST(AgentConfigTest, SyntaxErrorNamesLineAndColumn) {
   AgentConfig c;
   absl::Status s = ParseAgentConfig("{\n  \"server\": \"a:1\",,\n}", &c);

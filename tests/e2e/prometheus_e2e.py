@@ -17,7 +17,9 @@ The test checks, in order:
   2. A healthy stretch opens no P0-P2 incident.
   3. A fault in the fixture (one GPU's power 80 W below its peers) opens the
      P2 gpu_power_low on that GPU, and a DCGM XID opens the XID red line.
-  4. Nodes fed by remote write are marked as such.
+  4. Nodes fed by remote write are marked as such; a node whose own
+     vigil-agent scrapes its dcgm-exporter (the exporter collector) is an
+     agent's node, its series under Vigil's names.
   5. Alertmanager both ways (a real Alertmanager 0.25): Vigil's incidents
      are alerts in it (vigil_incident label); it routes every alert to
      Vigil's webhook, where Vigil's own are dropped (nothing loops) and a
@@ -369,6 +371,28 @@ remote_write:
         if sources.get("gpu-a") != "remote_write":
             raise SystemExit(f"FAIL: /api/v1/nodes sources: {sources}")
         print("ok: nodes fed by remote write are marked so")
+
+        # A node that keeps DCGM: its agent scrapes the local exporter.
+        agent_exporter = start_exporter("dcgm", "gpu-c")
+        agent_conf = os.path.join(tmp, "agent.json")
+        with open(agent_conf, "w") as f:
+            json.dump({"collectors": {"exporter": {
+                "enabled": True,
+                "urls": [f"http://127.0.0.1:{agent_exporter.server_address[1]}/metrics"]}}}, f)
+        agent_log = open(os.path.join(tmp, "agent.log"), "w")
+        procs.append(subprocess.Popen(
+            [os.path.join(build, "agent", "vigil-agent"), "--server", f"127.0.0.1:{grpc_port}",
+             "--insecure", "--node", "gpu-c", "--config", agent_conf,
+             "--collectors", "exporter"],
+            stdout=agent_log, stderr=subprocess.STDOUT))
+
+        def agent_node():
+            nodes = {n["node"]: n for n in get_json(f"{vigil_url}/api/v1/nodes")["nodes"]}
+            series = get_json(f"{vigil_url}/api/v1/series?node=gpu-c&metric=gpu_power_watts")
+            return (nodes.get("gpu-c", {}).get("source") == "agent" and
+                    len(series["series"]) == GPUS)
+        wait_for("gpu-c's agent streaming its dcgm-exporter's series", agent_node, 30)
+        print("ok: an agent scraping its node's dcgm-exporter streams Vigil's series")
 
         # 5. Alertmanager both ways.
         power_id = power_incident()["id"]
