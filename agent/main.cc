@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_join.h"
 #include "agent/agent_config.h"
 #include "agent/agent_metrics.h"
 #include "agent/collect_runner.h"
@@ -81,8 +82,7 @@ ABSL_FLAG(std::string, metrics_listen, "", "HOST:PORT: serve the agent's own /me
 ABSL_FLAG(std::string, idle_job, vigil::agent::AgentConfig().idle_job,
           "NAME: the job of a node that runs none");
 ABSL_FLAG(std::string, collectors, "",
-          "LIST: only these collectors, comma-separated (nvml, infiniband, disk, cpu, training; "
-          "none: no collector)");
+          "LIST: only these collectors, comma-separated (COLLECTOR below; none: no collector)");
 ABSL_FLAG(std::string, nvml_library, vigil::agent::AgentConfig().nvml.library,
           "FILE: the NVML library to load");
 ABSL_FLAG(std::string, sysfs_root, vigil::agent::AgentConfig().sysfs_root,
@@ -128,7 +128,8 @@ vigil::flags::Program AgentProgram() {
       .about = "Streams a node's metrics to vigil-server: its GPUs through NVML, RDMA NICs, disks\n"
                "and CPU through sysfs and /proc, and the training process through a Unix socket;\n"
                "or, with --simulate, a simulated node's. Flags override the config file.",
-      .notes = "SCENARIO: healthy, a fault kind or FILE.json; kinds:\n" + kinds +
+      .notes = "COLLECTOR: " + absl::StrJoin(vigil::agent::CollectorNames(), ", ") +
+               "\n\nSCENARIO: healthy, a fault kind or FILE.json; kinds:\n" + kinds +
                "\n\nexit codes: 0 done (--once, --duration, a signal); 1 the collectors stopped\n"
                "with an error; 2 bad flags or config",
       .flags_file = __FILE__,
