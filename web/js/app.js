@@ -1,7 +1,8 @@
 // Entry point: reads the session, renders the header, routes hash URLs
-// (#/incidents, #/incidents/ID, #/jobs, #/jobs/NAME, #/nodes, #/silences,
-// #/audit, #/login) to page modules and keeps the page live (SSE events
-// debounced to one refresh per 300 ms, or polling every 5 s).
+// (#/overview, the landing page, also for an empty or unknown hash;
+// #/incidents, #/incidents/ID, #/jobs, #/jobs/NAME, #/nodes, #/nodes/NAME,
+// #/silences, #/audit, #/login) to page modules and keeps the page live
+// (SSE events debounced to one refresh per 300 ms, or polling every 5 s).
 //
 // A page module exports mount(root, arg) → {refresh(), wants?(ids)}:
 // it renders into `root`, refresh() reloads its data and reports errors,
@@ -16,18 +17,19 @@ import * as job from './job.js';
 import * as jobs from './jobs.js';
 import * as loginPage from './login.js';
 import * as nodes from './nodes.js';
+import * as overview from './overview.js';
 import * as silences from './silences.js';
 
 const PAGES = {
-  incidents: [incidents, incident], jobs: [jobs, job], nodes: [nodes], silences: [silences],
-  audit: [audit], login: [loginPage],
+  overview: [overview], incidents: [incidents, incident], jobs: [jobs, job], nodes: [nodes],
+  silences: [silences], audit: [audit], login: [loginPage],
 };
 
 let current = null;  // {view}: the mounted page
 
 function parseHash() {
   const m = /^#\/([a-z]+)(?:\/(.+))?$/.exec(location.hash);
-  const page = m && PAGES[m[1]] ? m[1] : 'incidents';
+  const page = m && PAGES[m[1]] ? m[1] : 'overview';
   return { page, arg: m && m[2] ? decodeURIComponent(m[2]) : null };
 }
 

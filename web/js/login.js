@@ -30,7 +30,7 @@ export function mount(root, _arg, { onSession }) {
       clearError('page');
       onSession();
       restartLive();
-      location.hash = '#/incidents';
+      location.hash = '#/overview';
     } catch (err) {
       reportError(err);
     } finally {

@@ -1,5 +1,7 @@
 // Nodes page (#/nodes): one tile per node with its GPU states, the age of
 // its last frame and whether it is cordoned; a client-side name filter.
+// #/nodes/NAME (a node's link elsewhere) opens it filtered to NAME, with
+// that node's tile marked.
 import { api, clearError } from './api.js';
 import { duration, esc, num } from './util.js';
 
@@ -17,13 +19,14 @@ export function nodeState(n) {
   return 'ok';
 }
 
-function tileHtml(n) {
+function tileHtml(n, selected) {
   const state = nodeState(n);
   const g = n.gpu_state || {};
   const i = n.incidents || {};
   const gpuParts = ['throttled', 'hot', 'missing'].filter((k) => g[k]).map((k) => `${g[k]} ${k}`);
   const open = ['P0', 'P1', 'P2', 'P3'].filter((s) => i[s]).map((s) => `<span class="sev sev-${s}">${s} ${esc(i[s])}</span>`);
-  return `<div class="node" data-node="${esc(n.node)}" data-state="${state}" title="${esc(n.node)}: ${state}">` +
+  return `<div class="node" data-node="${esc(n.node)}" data-state="${state}" title="${esc(n.node)}: ${state}"` +
+    `${n.node === selected ? ' data-selected="true" aria-current="true"' : ''}>` +
     `<div class="node-name"><b>${esc(n.node)}</b> <span class="node-state">${state}</span></div>` +
     `<div class="muted">${esc(n.job || 'no job')}</div>` +
     `<div>GPUs ${esc(g.ok ?? 0)}/${esc(n.gpus ?? 0)} ok${gpuParts.length ? ` · ${esc(gpuParts.join(', '))}` : ''}</div>` +
@@ -34,7 +37,7 @@ function tileHtml(n) {
     '</div>';
 }
 
-export function mount(root) {
+export function mount(root, selected = null) {
   root.innerHTML = `
     <h2>Nodes</h2>
     <form class="filters" onsubmit="return false">
@@ -44,20 +47,22 @@ export function mount(root) {
     <div id="nodes" class="node-grid"></div>`;
   const grid = root.querySelector('#nodes');
   const input = root.querySelector('#filter-node');
-  input.value = filterText;
+  // A node's link filters to it without replacing the remembered filter.
+  let text = selected ?? filterText;
+  input.value = text;
   let nodes = [];
 
   function render() {
-    const t = filterText.toLowerCase();
+    const t = text.toLowerCase();
     const shown = t ? nodes.filter((n) => n.node.toLowerCase().includes(t) || String(n.job || '').toLowerCase().includes(t)) : nodes;
-    grid.innerHTML = shown.map(tileHtml).join('');
+    grid.innerHTML = shown.map((n) => tileHtml(n, selected)).join('');
     const counts = {};
     for (const n of nodes) counts[nodeState(n)] = (counts[nodeState(n)] || 0) + 1;
     root.querySelector('[data-field=count]').textContent = `${shown.length} of ${nodes.length} nodes · ` +
       Object.entries(counts).map(([s, c]) => `${c} ${s}`).join(', ');
   }
   input.addEventListener('input', () => {
-    filterText = input.value.trim();
+    text = filterText = input.value.trim();
     render();
   });
 

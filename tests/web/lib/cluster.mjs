@@ -37,11 +37,11 @@ export const DEFAULT_FAULT = Object.freeze({
   scenario: 'thermal_throttle', job: 'gpt-pretrain', node: 'n001', gpu: 3,
   atSeconds: 10, kind: 'gpu_temperature_high',
 });
-const DEFAULT_AGENTS = [
+export const DEFAULT_AGENTS = Object.freeze([
   { node: 'n001', job: 'gpt-pretrain', scenario: 'thermal_throttle' },
   { node: 'n002', job: 'gpt-pretrain', scenario: 'thermal_throttle' },
   { node: 'n101', job: 'bert-finetune', scenario: 'healthy' },
-];
+]);
 
 // Polls `probe` (sync or async) every `intervalMs` until it returns a
 // truthy value, which is returned. Throws "timed out after Ns waiting for
@@ -120,7 +120,10 @@ function tail(file, lines) {
 //   build: build directory (see buildDir); learnSteps: detection.learn_steps
 //   (5); interval: agent tick in seconds (0.25); faultAt: seconds after the
 //   agents' start at which the fault begins (DEFAULT_FAULT.atSeconds);
-//   agents: [{node, job, scenario}] (DEFAULT_AGENTS).
+//   agents: [{node, job, scenario, faultAt?}] (DEFAULT_AGENTS); an agent
+//   whose scenario is not the fault's starts its own scenario's fault on
+//   itself `faultAt` seconds after the start (the kind's default, often
+//   120 s, without it).
 // Resolves to a Cluster (below) once /healthz answers; throws with the tail
 // of the server log when the server does not come up within 20 s.
 export async function startCluster(opts = {}) {
@@ -212,6 +215,8 @@ export async function startCluster(opts = {}) {
       if (a.scenario === cluster.fault.scenario) {
         args.push('--fault-node', cluster.fault.node, '--fault-gpu', String(cluster.fault.gpu),
           '--fault-at', String(cluster.fault.atSeconds));
+      } else if (a.faultAt != null) {
+        args.push('--fault-at', String(a.faultAt));
       }
       procs.push(startProcess(join(build, 'agent/vigil-agent'), args, join(work, `agent-${a.node}.log`)));
     }
