@@ -109,6 +109,14 @@ struct OutboundRequest {
   std::string password;
 };
 
+// Alertmanager's API v2, shared by the server's watchdog alert and its
+// alert forwarder: `base` (an Alertmanager's URL) + "/api/v2/alerts",
+// unless it names that path already.
+std::string AlertmanagerAlertsUrl(std::string base);
+// `unix_seconds` in RFC 3339, UTC, with milliseconds, as Alertmanager's API
+// reads startsAt and endsAt.
+std::string AlertmanagerTime(double unix_seconds);
+
 // The request `receiver` needs for `notice` at unix time `now`. Pure and
 // deterministic (nonces derive from notice.key). kInvalidArgument when the
 // notice cannot go to this receiver (e.g. twilio_sms and no recipient has

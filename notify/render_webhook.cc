@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "notify/render_internal.h"
 #include "notify/signing.h"
 
@@ -171,3 +172,20 @@ Rendered RenderWebhook(const ReceiverConfig& receiver, const Notice& notice,
 }
 
 }  // namespace vigil::notify_internal
+
+namespace vigil {
+
+std::string AlertmanagerAlertsUrl(std::string base) {
+  constexpr std::string_view kPath = "/api/v2/alerts";
+  if (base.ends_with(kPath)) return base;
+  while (base.ends_with('/')) base.pop_back();
+  return base + std::string(kPath);
+}
+
+std::string AlertmanagerTime(double unix_seconds) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ",
+                          absl::FromUnixMillis(static_cast<int64_t>(unix_seconds * 1000)),
+                          absl::UTCTimeZone());
+}
+
+}  // namespace vigil

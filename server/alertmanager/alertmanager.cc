@@ -18,13 +18,6 @@ using Json = nlohmann::json;
 
 constexpr char kPath[] = "alertmanager";
 constexpr char kStateKey[] = "alert_intake";
-constexpr char kAlertsPath[] = "/api/v2/alerts";
-
-std::string Rfc3339(double unix_seconds) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ",
-                          absl::FromUnixMillis(static_cast<int64_t>(unix_seconds * 1000)),
-                          absl::UTCTimeZone());
-}
 
 // Unix seconds of an RFC 3339 time; 0 for Go's zero time or "" (unset);
 // nullopt when it does not parse.
@@ -34,12 +27,6 @@ std::optional<double> ParseTime(const std::string& text) {
   std::string err;
   if (!absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return std::nullopt;
   return absl::ToDoubleSeconds(t - absl::UnixEpoch());
-}
-
-std::string AlertsUrl(std::string base) {
-  if (absl::EndsWith(base, kAlertsPath)) return base;
-  while (absl::EndsWith(base, "/")) base.pop_back();
-  return absl::StrCat(base, kAlertsPath);
 }
 
 bool IsAction(Response r) {
@@ -172,8 +159,8 @@ Json IncidentAlert(const Json& incident, double ends_at, const std::string& publ
                 {"annotations",
                  {{"summary", incident.value("summary", "")},
                   {"description", incident.value("hint", "")}}},
-                {"startsAt", Rfc3339(incident.value("ts", 0.0))},
-                {"endsAt", Rfc3339(ends_at)}};
+                {"startsAt", AlertmanagerTime(incident.value("ts", 0.0))},
+                {"endsAt", AlertmanagerTime(ends_at)}};
   if (!public_url.empty()) {
     std::string base = public_url;
     while (absl::EndsWith(base, "/")) base.pop_back();
@@ -209,7 +196,7 @@ bool AlertForwarder::Post(const Json& alerts) {
   bool all = true;
   for (const std::string& url : options_.forward_urls) {
     OutboundRequest request;
-    request.url = AlertsUrl(url);
+    request.url = AlertmanagerAlertsUrl(url);
     request.headers = {{"Content-Type", "application/json"}};
     request.body = alerts.dump();
     const TransportResult result = transport_->Send(request, options_.timeout_seconds);
@@ -257,7 +244,7 @@ void AlertForwarder::Round() {
       continue;
     }
     Json ended = it->second.alert;
-    ended["endsAt"] = Rfc3339(now);
+    ended["endsAt"] = AlertmanagerTime(now);
     ending_[it->first] = std::move(ended);
     it = sent_.erase(it);
   }

@@ -22,7 +22,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr char kPath[] = "watchdog";
-constexpr char kAlertsPath[] = "/api/v2/alerts";
 // The Alertmanager alert lapses after this many missed intervals.
 constexpr double kAlertLifetimeIntervals = 3;
 // Starts Send()'s answer when nothing came back.
@@ -116,21 +115,6 @@ std::string HostName() {
   if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
     return "vigil-server";
   return host;
-}
-
-// RFC 3339 in UTC with milliseconds, as Alertmanager reads it.
-std::string Rfc3339(double unix_seconds) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ",
-                          absl::FromUnixMillis(static_cast<int64_t>(
-                              unix_seconds * 1000)),
-                          absl::UTCTimeZone());
-}
-
-// `base` + /api/v2/alerts, unless it names that path already.
-std::string AlertsUrl(std::string base) {
-  if (absl::EndsWith(base, kAlertsPath)) return base;
-  while (absl::EndsWith(base, "/")) base.pop_back();
-  return absl::StrCat(base, kAlertsPath);
 }
 
 }  // namespace
@@ -315,12 +299,12 @@ OutboundRequest Watchdog::AlertRequest(double now) const {
         {"description",
          "Always firing while Vigil works. Route it to a dead-man's switch: "
          "when it stops, Vigil is down and nothing else will page."}}},
-      {"startsAt", Rfc3339(started_at_)},
-      {"endsAt", Rfc3339(now + kAlertLifetimeIntervals *
+      {"startsAt", AlertmanagerTime(started_at_)},
+      {"endsAt", AlertmanagerTime(now + kAlertLifetimeIntervals *
                                    config_.interval_seconds)}};
   OutboundRequest request;
   request.method = "POST";
-  request.url = AlertsUrl(config_.alertmanager_url);
+  request.url = AlertmanagerAlertsUrl(config_.alertmanager_url);
   request.headers = {{"Content-Type", "application/json"}};
   request.body = Json::array({alert}).dump();
   return request;
