@@ -199,12 +199,8 @@ absl::Status ExporterCollector::Collect(Tick* tick) {
       }
       const double value = s.value * mapped.scale;
       if (!mapped.changes_counter.empty()) {
-        auto [it, first] = changes_.try_emplace(EncodeSeriesKey(mapped.key),
-                                                std::make_pair(value, 0.0));
-        auto& [previous, count] = it->second;
-        if (!first && value != previous && value != 0 && !std::isnan(value)) ++count;
-        previous = value;
-        tick->Add(std::string(mapped.changes_counter), mapped.key.labels, count);
+        tick->Add(std::string(mapped.changes_counter), mapped.key.labels,
+                  changes_.Observe(EncodeSeriesKey(mapped.key), value));
         samples_.fetch_add(1, std::memory_order_relaxed);
       }
       tick->Add(std::move(mapped.key.metric), std::move(mapped.key.labels), value);

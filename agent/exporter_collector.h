@@ -63,9 +63,8 @@ class ExporterCollector : public Collector {
   const ExporterOptions options_;
   const std::vector<Url> urls_;
   const std::unique_ptr<promcompat::MetricMapper> mapper_;
-  // Per changes_counter series (encoded key): the previous value and the
-  // count of changes to a non-zero value (DCGM's last XID -> an XID count).
-  absl::flat_hash_map<std::string, std::pair<double, double>> changes_;
+  // DCGM's last-XID gauge turned into a count (by encoded key).
+  promcompat::ChangeCounter changes_;
   std::atomic<uint64_t> scrapes_{0}, errors_{0}, samples_{0}, unmapped_{0};
 };
 

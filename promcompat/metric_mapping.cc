@@ -259,6 +259,14 @@ absl::StatusOr<std::unique_ptr<MetricMapper>> MetricMapper::Create(
   return m;
 }
 
+double ChangeCounter::Observe(const std::string& key, double value) {
+  auto [it, first] = series_.try_emplace(key, std::make_pair(value, 0.0));
+  auto& [previous, count] = it->second;
+  if (!first && value != previous && value != 0 && !std::isnan(value)) ++count;
+  previous = value;
+  return count;
+}
+
 MetricMapper::Outcome MetricMapper::Map(
     std::string_view metric,
     const std::vector<std::pair<std::string_view, std::string_view>>& labels,

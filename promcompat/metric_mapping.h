@@ -97,6 +97,22 @@ struct MappedSeries {
   std::string_view changes_counter;
 };
 
+// Turns a gauge that holds the code of a source's last event (DCGM's last
+// XID) into a count of events, for a rule's changes_counter: the count goes
+// up by one each time a series' value changes to a non-zero value. The first
+// value of a series counts nothing (an old event); two events of the same
+// code between two readings count once. Not thread-safe.
+class ChangeCounter {
+ public:
+  // The count of series `key` (any stable identity, e.g. an encoded
+  // SeriesKey) after its reading `value`.
+  double Observe(const std::string& key, double value);
+
+ private:
+  // Per series: the previous value and the count.
+  absl::flat_hash_map<std::string, std::pair<double, double>> series_;
+};
+
 // Applies a mapping. Immutable after Create; thread-safe.
 class MetricMapper {
  public:

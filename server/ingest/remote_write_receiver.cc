@@ -248,13 +248,9 @@ absl::Status RemoteWriteReceiver::Write(std::string_view content_encoding,
           frame.slots.push_back(s.key);
           frame.values.push_back(s.value);
           if (const uint32_t counter = part.counter_of[s.key]; counter != UINT32_MAX) {
-            auto [it, first] = state.changes.try_emplace(
-                EncodeSeriesKey(part.keys[s.key]), std::make_pair(s.value, 0.0));
-            auto& [previous, count] = it->second;
-            if (!first && s.value != previous && s.value != 0 && !std::isnan(s.value)) ++count;
-            previous = s.value;
             frame.slots.push_back(counter);
-            frame.values.push_back(count);
+            frame.values.push_back(
+                state.changes.Observe(EncodeSeriesKey(part.keys[s.key]), s.value));
           }
         }
         samples += frame.slots.size();

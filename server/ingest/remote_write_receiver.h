@@ -108,9 +108,8 @@ class RemoteWriteReceiver {
     double job_ts = 0;         // when (sample time)
     std::string last_job;      // the job of its latest frame
     double last_ts = 0;        // and that frame's time
-    // DCGM's last-XID gauge turned into a count: per series (encoded key),
-    // the previous value and the count of changes to a non-zero value.
-    absl::flat_hash_map<std::string, std::pair<double, double>> changes;
+    // DCGM's last-XID gauge turned into a count (by encoded key).
+    promcompat::ChangeCounter changes;
   };
 
   const RemoteWriteReceiverOptions options_;

@@ -191,3 +191,21 @@ TEST(MetricMappingTest, DefaultRulesAreValidAndDocumented) {
 
 }  // namespace
 }  // namespace vigil::promcompat
+
+namespace vigil::promcompat {
+namespace {
+
+TEST(ChangeCounterTest, CountsChangesToANonZeroCode) {
+  ChangeCounter c;
+  // A GPU whose last XID was already 13 when first read counts nothing.
+  EXPECT_EQ(c.Observe("gpu0", 13), 0);
+  EXPECT_EQ(c.Observe("gpu0", 13), 0);
+  EXPECT_EQ(c.Observe("gpu0", 79), 1);
+  EXPECT_EQ(c.Observe("gpu0", 0), 1);   // cleared: not an event
+  EXPECT_EQ(c.Observe("gpu0", 48), 2);
+  EXPECT_EQ(c.Observe("gpu1", 0), 0);   // series are apart
+  EXPECT_EQ(c.Observe("gpu1", 31), 1);
+}
+
+}  // namespace
+}  // namespace vigil::promcompat
