@@ -320,6 +320,39 @@ TEST_F(RemoteWriteReceiverTest, ANodeWithAnAgentIsFedByItsAgentOnly) {
   EXPECT_EQ(Metric("vigil_remote_write_receiver_samples_total{outcome=\"stored\"}"), "2");
 }
 
+// POST /api/v1/alerts and /api/v2/alerts (server/alertmanager/): a machine
+// sender's remote_write token or an operator's may post; a viewer may not.
+TEST(AlertIntakeRouteTest, OnlyWritersAndOperatorsMayPostAlerts) {
+  ServerOptions options = ReceiverOptions();
+  options.alertmanager.intake = true;
+  options.auth.tokens.push_back({"ops", Role::kOperator, HexEncode(Sha256("operator-token"))});
+  TestServer server(options);
+  const std::string webhook = Json{{"version", "4"},
+                                   {"alerts",
+                                    {{{"status", "firing"},
+                                      {"labels", {{"alertname", "DiskFull"}, {"node", "gpu-3"}}},
+                                      {"annotations", {{"summary", "disk full"}}}}}}}
+                                  .dump();
+  auto post = [&](const std::string& path, const std::string& body, const std::string& token) {
+    HttpHeaders headers = {{"Content-Type", "application/json"}};
+    if (!token.empty()) headers.emplace_back("Authorization", "Bearer " + token);
+    return HttpSend(server.server.http_port(), "POST", path, body, headers);
+  };
+  EXPECT_EQ(post("/api/v1/alerts", webhook, "").status, 401);
+  EXPECT_EQ(post("/api/v1/alerts", webhook, kViewerToken).status, 403);
+  HttpResult r = post("/api/v1/alerts", webhook, kWriterToken);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["opened"], 1);
+  r = post("/api/v2/alerts", "[{\"labels\": {}}]", "operator-token");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("alertname"), std::string::npos) << r.body;
+  const Json incidents =
+      Json::parse(HttpGet(server.server.http_port(), "/api/v1/incidents?state=all").body);
+  ASSERT_EQ(incidents["incidents"].size(), 1u);
+  EXPECT_EQ(incidents["incidents"][0]["kind"], "alert:DiskFull");
+  EXPECT_EQ(incidents["incidents"][0]["node"], "gpu-3");
+}
+
 // A site with only dcgm-exporter: 4 nodes x 8 GPUs scraped every 15 s. Two
 // healthy hours raise nothing of P0-P2; then one GPU's power falls 60 W
 // below its peers and a P2 is open within 5 scrapes. The default options,
