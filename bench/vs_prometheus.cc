@@ -94,14 +94,21 @@ pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
   return pid;
 }
 
-bool WaitHttp(int port, const char* path) {
+// Starts `argv` (output to `log`) and waits until http://127.0.0.1:`port``path`
+// answers 200; its pid, or -1 (the process killed) when it never did.
+pid_t StartServer(std::vector<std::string> argv, const std::string& log, int port,
+                  const char* path) {
+  const pid_t pid = Spawn(std::move(argv), log);
   httplib::Client c("127.0.0.1", port);
   for (int i = 0; i < 300; ++i) {
     auto r = c.Get(path);
-    if (r && r->status == 200) return true;
+    if (r && r->status == 200) return pid;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return false;
+  std::fprintf(stderr, "%s did not come up (%s)\n", path, log.c_str());
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
 }
 
 void Stop(pid_t pid) {
@@ -144,14 +151,12 @@ Result RunVigil(const Args& args, const std::vector<NodeLoad>& loads, uint64_t s
   res.samples = samples;
   const std::string data = args.dir + "/vigil";
   std::filesystem::remove_all(data);
-  const pid_t server = Spawn(
+  const pid_t server = StartServer(
       {args.server_bin, "--data-dir=" + data,
        "--grpc-listen=127.0.0.1:" + std::to_string(args.grpc_port),
        "--http-listen=127.0.0.1:" + std::to_string(args.http_port), "--grpc-insecure"},
-      args.dir + "/vigil.log");
-  if (!WaitHttp(args.http_port, "/healthz")) {
-    std::fprintf(stderr, "vigil-server did not come up (%s/vigil.log)\n", args.dir.c_str());
-    kill(server, SIGKILL);
+      args.dir + "/vigil.log", args.http_port, "/healthz");
+  if (server < 0) {
     res.ok = false;
     return res;
   }
@@ -242,16 +247,14 @@ Result RunPrometheus(const Args& args, const std::vector<NodeLoad>& loads, uint6
   }
   // Blocks of 5 min (as 2 h would need 3 h of data to compact): the head
   // is compacted into blocks while the run lasts, and again a minute on.
-  const pid_t server = Spawn(
+  const pid_t server = StartServer(
       {args.prometheus_bin, "--config.file=" + args.dir + "/prometheus.yml",
        "--storage.tsdb.path=" + tsdb,
        "--web.listen-address=127.0.0.1:" + std::to_string(args.prometheus_port),
        "--web.enable-remote-write-receiver", "--storage.tsdb.min-block-duration=5m",
        "--storage.tsdb.max-block-duration=5m"},
-      args.dir + "/prometheus.log");
-  if (!WaitHttp(args.prometheus_port, "/-/ready")) {
-    std::fprintf(stderr, "prometheus did not come up (%s/prometheus.log)\n", args.dir.c_str());
-    kill(server, SIGKILL);
+      args.dir + "/prometheus.log", args.prometheus_port, "/-/ready");
+  if (server < 0) {
     res.ok = false;
     return res;
   }
