@@ -267,6 +267,26 @@ TEST(EscalationConfigSectionsTest, ShippedExampleLoads) {
   EXPECT_EQ(options.actuator.secret_file, "/etc/vigil/actuator.secret");
 }
 
+// The sizing examples of deploy/examples/README.md load as they are; the
+// 10,000-GPU one needs only its pair's flags (--shard, --replica, the
+// advertised addresses) to be complete.
+TEST(EscalationConfigSectionsTest, SizingExamplesLoad) {
+  for (const char* name : {"lab-100-gpus.json", "cluster-10000-gpus.json"}) {
+    ServerOptions options;
+    absl::Status s = LoadServerConfigFile(
+        std::string(VIGIL_SOURCE_DIR) + "/deploy/examples/" + name, &options);
+    ASSERT_TRUE(s.ok()) << name << ": " << s;
+    if (options.cluster.has_value()) {
+      options.cluster->shard = "s0";
+      options.cluster->replica = "a";
+      options.cluster->advertise_grpc = "vigil-s0-a:7070";
+      options.cluster->advertise_http = "http://vigil-s0-a:8080";
+    }
+    EXPECT_TRUE(ValidateServerOptions(options).ok()) << name << ": "
+                                                     << ValidateServerOptions(options);
+  }
+}
+
 TEST(EscalationConfigSectionsTest, ReportsEveryErrorWithItsPath) {
   ServerOptions options;
   absl::Status s = ParseServerConfig(R"({
