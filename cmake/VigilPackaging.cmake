@@ -48,6 +48,7 @@ install(DIRECTORY docs/ DESTINATION share/doc/vigil
 install(FILES deploy/systemd/README.md DESTINATION share/doc/vigil
         RENAME systemd.md PERMISSIONS ${_vigil_0644})
 install(FILES deploy/examples/vigil-escalation.json
+              deploy/examples/lab-100-gpus.json deploy/examples/cluster-10000-gpus.json
               deploy/systemd/server.json deploy/systemd/server.env
               deploy/systemd/vigil-server-cluster.json
               deploy/systemd/agent.json deploy/systemd/agent.env

@@ -130,8 +130,8 @@ expect_file /usr/share/vigil/web/vendor/uPlot.min.css 644
 expect_file /usr/share/doc/vigil/README.md 644
 expect_file /usr/share/doc/vigil/systemd.md 644
 for doc in "$src"/docs/*.md; do expect_file "/usr/share/doc/vigil/$(basename "$doc")" 644; done
-for example in vigil-escalation.json server.json server.env vigil-server-cluster.json \
-    agent.json agent.env actuator.env nginx-vigil.conf; do
+for example in vigil-escalation.json lab-100-gpus.json cluster-10000-gpus.json server.json \
+    server.env vigil-server-cluster.json agent.json agent.env actuator.env nginx-vigil.conf; do
   expect_file "/usr/share/doc/vigil/examples/$example" 644
 done
 expect_file /usr/share/bash-completion/completions/vigilctl 644
