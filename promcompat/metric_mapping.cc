@@ -27,22 +27,6 @@ MetricRule Disk(const char* from, const char* to) {
   return MetricRule{from, to, 1, {{"dev", "device"}}, {}, ""};
 }
 
-// "host:port" -> "host"; "[v6]:port" -> "v6"; anything else unchanged.
-std::string_view StripPort(std::string_view instance) {
-  if (instance.starts_with('[')) {
-    const size_t close = instance.find(']');
-    if (close != std::string_view::npos) return instance.substr(1, close - 1);
-    return instance;
-  }
-  const size_t colon = instance.rfind(':');
-  if (colon == std::string_view::npos || instance.find(':') != colon) return instance;
-  const std::string_view port = instance.substr(colon + 1);
-  if (port.empty() || !std::all_of(port.begin(), port.end(),
-                                   [](char c) { return c >= '0' && c <= '9'; }))
-    return instance;
-  return instance.substr(0, colon);
-}
-
 std::string_view LabelOf(
     const std::vector<std::pair<std::string_view, std::string_view>>& labels,
     std::string_view name) {
@@ -74,6 +58,21 @@ void ReadLabelMap(const Json& obj, const std::string& path, const char* key,
 }
 
 }  // namespace
+
+std::string_view HostOfInstance(std::string_view instance) {
+  if (instance.starts_with('[')) {
+    const size_t close = instance.find(']');
+    if (close != std::string_view::npos) return instance.substr(1, close - 1);
+    return instance;
+  }
+  const size_t colon = instance.rfind(':');
+  if (colon == std::string_view::npos || instance.find(':') != colon) return instance;
+  const std::string_view port = instance.substr(colon + 1);
+  if (port.empty() || !std::all_of(port.begin(), port.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; }))
+    return instance;
+  return instance.substr(0, colon);
+}
 
 const std::vector<MetricRule>& DefaultMetricRules() {
   static const auto* rules = new std::vector<MetricRule>{
@@ -283,7 +282,7 @@ MetricMapper::Outcome MetricMapper::Map(
   out->node.clear();
   for (const std::string& label : node_labels_) {
     std::string_view value = LabelOf(labels, label);
-    if (label == "instance") value = StripPort(value);
+    if (label == "instance") value = HostOfInstance(value);
     if (!value.empty()) {
       out->node.assign(value);
       break;

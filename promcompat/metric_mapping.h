@@ -71,6 +71,10 @@ struct MappingOptions {
   std::vector<std::string> passthrough;
 };
 
+// The host of a Prometheus "instance" label: "gpu-7:9400" -> "gpu-7",
+// "[fd00::7]:9100" -> "fd00::7"; a value without a numeric port unchanged.
+std::string_view HostOfInstance(std::string_view instance);
+
 // The built-in rules for NVIDIA dcgm-exporter's and node_exporter's
 // metrics (listed in docs/PROMETHEUS.md).
 const std::vector<MetricRule>& DefaultMetricRules();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/series_key.h"
+#include "promcompat/metric_mapping.h"
 
 namespace vigil {
 namespace {
@@ -47,17 +48,8 @@ std::string LabelOf(const Json& labels, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     auto it = labels.find(name);
     if (it == labels.end() || !it->is_string() || it->get<std::string>().empty()) continue;
-    std::string value = it->get<std::string>();
-    if (name == "instance") {
-      // "host:9100" -> "host" (an IPv6 literal keeps its brackets off).
-      if (value.starts_with('[')) {
-        value = value.substr(1, value.find(']') - 1);
-      } else if (size_t colon = value.rfind(':');
-                 colon != std::string::npos && value.find(':') == colon) {
-        value.resize(colon);
-      }
-    }
-    return value;
+    const std::string& value = it->get_ref<const std::string&>();
+    return name == "instance" ? std::string(promcompat::HostOfInstance(value)) : value;
   }
   return "";
 }
