@@ -319,13 +319,14 @@ MetricMapper::Outcome MetricMapper::Map(
     out->key.metric.assign(metric);
     out->scale = 1;
     out->changes_counter = {};
-    for (const auto& [name, value] : labels) {
+    for (const auto& label : labels) {
+      const auto& name = label.first;
       if (name == "__name__" || name == "job" || name == "node" || name == "instance" ||
           std::find(node_labels_.begin(), node_labels_.end(), name) != node_labels_.end() ||
           std::any_of(job_rules_.begin(), job_rules_.end(),
                       [&](const CompiledJobRule& r) { return r.label == name; }))
         continue;
-      out->key.labels.emplace_back(std::string(name), std::string(value));
+      out->key.labels.emplace_back(std::string(name), std::string(label.second));
     }
   }
   if (absl::Status s = NormalizeSeriesKey(&out->key); !s.ok()) {
