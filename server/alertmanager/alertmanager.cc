@@ -363,6 +363,13 @@ absl::StatusOr<AlertIntake::Counts> AlertIntake::Receive(std::string_view body, 
       return absl::InvalidArgumentError(absl::StrCat(where, "no alertname label"));
     in.annotations = a.value("annotations", Json::object());
     if (!in.annotations.is_object()) in.annotations = Json::object();
+    for (const auto& annotation : in.annotations.items()) {
+      if (!annotation.value().is_string())
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "annotation \"", annotation.key(), "\" must be a string"));
+    }
+    if (webhook && a.contains("status") && !a["status"].is_string())
+      return absl::InvalidArgumentError(absl::StrCat(where, "status must be a string"));
     for (const char* field : {"startsAt", "endsAt"}) {
       if (!a.contains(field)) continue;
       if (!a[field].is_string())

@@ -241,6 +241,30 @@ TEST_F(IntakeTest, BadBodiesAreRefusedWholeWithTheReason) {
   absl::StatusOr<AlertIntake::Counts> c = intake->Receive(two.dump(), false);
   EXPECT_NE(c.status().message().find("alert 1: startsAt"), std::string::npos) << c.status();
   EXPECT_TRUE(published_.empty());  // the good first alert was not taken either
+
+  // Annotations and a webhook alert's status are strings; anything else is
+  // refused before any alert of the request is taken (found by
+  // tests/fuzz/alert_intake_fuzz.cc).
+  const Json summary = Json::array({{{"labels", {{"alertname", "A"}}}},
+                                    {{"labels", {{"alertname", "B"}}},
+                                     {"annotations", {{"summary", 1}}}}});
+  c = intake->Receive(summary.dump(), false);
+  EXPECT_NE(c.status().message().find("alert 1: annotation \"summary\" must be a string"),
+            std::string::npos)
+      << c.status();
+  const Json status = {{"version", "4"},
+                       {"alerts", Json::array({{{"labels", {{"alertname", "A"}}}},
+                                               {{"labels", {{"alertname", "B"}}},
+                                                {"status", 2}}})}};
+  c = intake->Receive(status.dump(), true);
+  EXPECT_NE(c.status().message().find("alert 1: status must be a string"), std::string::npos)
+      << c.status();
+  EXPECT_TRUE(published_.empty());
+  // The same first alert alone is then new: nothing of the refused
+  // requests was kept.
+  c = intake->Receive(Json::array({{{"labels", {{"alertname", "A"}}}}}).dump(), false);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->opened, 1);
 }
 
 TEST(AlertmanagerConfigTest, ActionsNeedAnExplicitAllowance) {
