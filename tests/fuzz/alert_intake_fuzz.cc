@@ -1,0 +1,114 @@
+// Fuzzes the Alertmanager alert intake (server/alertmanager/alertmanager.h,
+// AlertIntake) end to end: a real in-process server (memory store,
+// detection on, alertmanager.intake on) on loopback, fed POST
+// /api/v1/alerts (an Alertmanager webhook body, version 4) and POST
+// /api/v2/alerts (an array of alerts, as a Prometheus sends them) as any
+// holder of a remote_write token could send them: the JSON, the alerts'
+// labels and times, incidents opened, updated and resolved, and (as the
+// fake clock moves) alerts whose endsAt passed expiring. Every request must
+// be answered: 2xx, 4xx, or 503 - never another 5xx, a crash, a hang or an
+// ASan/UBSan report - and /healthz must stay 200 "ok" after each. A
+// request refused with a 4xx takes nothing (AlertIntake::Receive: "nothing
+// of the request is taken then"): the intake's count of received alerts
+// (vigil_alert_intake_alerts_total{outcome="received"} on /metrics) does
+// not move.
+//
+// Input: one byte, then the body. The byte's bit 0 picks the route (clear:
+// /api/v1/alerts, set: /api/v2/alerts); bits 1-3: seconds the fake clock
+// moves on after the request (expiry runs every 5 s).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "httplib.h"
+#include "notify/signing.h"
+#include "server/config/auth.h"
+#include "server/server.h"
+
+namespace {
+
+constexpr char kToken[] = "fuzz-remote-write-token";
+
+struct Fixture {
+  Fixture() : server(Options(), &clock) {
+    if (!server.Start().ok()) __builtin_trap();
+    client = std::make_unique<httplib::Client>("127.0.0.1", server.http_port());
+    client->set_connection_timeout(5);
+    client->set_read_timeout(5);
+    client->set_write_timeout(5);
+  }
+  static vigil::ServerOptions Options() {
+    vigil::ServerOptions o;
+    o.memory = true;
+    o.grpc_listen = "127.0.0.1:0";
+    o.http_listen = "127.0.0.1:0";
+    o.grpc_insecure = true;
+    o.http_threads = 2;
+    o.alertmanager.intake = true;
+    // One rule, so both the rule's and the severity label's paths run.
+    o.alertmanager.rules = {{"GpuTooHot", "P1", {vigil::Response::kNotifySre}, false}};
+    o.auth.tokens = {{"prometheus", vigil::Role::kRemoteWrite,
+                      vigil::HexEncode(vigil::Sha256(kToken))}};
+    o.auth.anonymous_read = true;
+    return o;
+  }
+  vigil::FakeClock clock{1764000000.0};
+  vigil::VigilServer server;
+  std::unique_ptr<httplib::Client> client;
+};
+
+bool Answered(const httplib::Result& r) {
+  if (!r) return false;
+  return (r->status >= 200 && r->status < 300) || (r->status >= 400 && r->status < 500) ||
+         r->status == 503;
+}
+
+[[noreturn]] void Fail(const std::string& what, const httplib::Result& r) {
+  std::fprintf(stderr, "alert_intake_fuzz: %s -> %d %s\n", what.c_str(), r ? r->status : -1,
+               r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+  __builtin_trap();
+}
+
+// The intake's count of alerts taken so far, from /metrics.
+uint64_t Received(httplib::Client& client) {
+  static constexpr char kLine[] = "\nvigil_alert_intake_alerts_total{outcome=\"received\"} ";
+  httplib::Result r = client.Get("/metrics");
+  if (!r || r->status != 200) Fail("GET /metrics", r);
+  const size_t at = r->body.find(kLine);
+  if (at == std::string::npos) Fail("GET /metrics has no received count", r);
+  return std::strtoull(r->body.c_str() + at + sizeof(kLine) - 1, nullptr, 10);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static Fixture* fixture = new Fixture();  // lives for the process
+  // The received count before this request; read again only after a
+  // request that may have moved it.
+  static std::optional<uint64_t> received;
+  if (size == 0) return 0;
+  const uint8_t mode = data[0];
+  const std::string path = (mode & 1) ? "/api/v2/alerts" : "/api/v1/alerts";
+  const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
+  const httplib::Headers headers = {{"Authorization", std::string("Bearer ") + kToken}};
+  if (!received) received = Received(*fixture->client);
+  httplib::Result r = fixture->client->Post(path, headers, body, "application/json");
+  if (!Answered(r)) Fail("POST " + path, r);
+  if (r->status >= 400 && r->status < 500) {
+    if (Received(*fixture->client) != *received)
+      Fail("POST " + path + " was refused but took alerts", r);
+  } else {
+    received.reset();
+  }
+  fixture->clock.Advance((mode >> 1) & 7);
+  httplib::Result health = fixture->client->Get("/healthz");
+  if (!health || health->status != 200 ||
+      health->body.find("\"status\":\"ok\"") == std::string::npos)
+    Fail("GET /healthz", health);
+  return 0;
+}

@@ -1,0 +1,103 @@
+// Fuzzes the Prometheus remote-write receiver (server/ingest/
+// remote_write_receiver.h) end to end: a real in-process server (memory
+// store, detection on, the remote_write_receiver section on) on loopback,
+// fed POST /api/v1/write as any holder of a remote_write token - a
+// Prometheus, a vmagent, or whoever has its credential - could send it:
+// snappy, the WriteRequest protobuf, the mapping, the frames' validation
+// and storage, and (as the fake clock moves past the frame grace) frame
+// assembly and detection. Every request must be answered: 2xx, 4xx, or 503
+// when detection is behind - never another 5xx, a crash, a hang or an
+// ASan/UBSan report - and /healthz must stay 200 "ok" after each.
+//
+// Input: one byte, then the body. The byte's bit 0 clear: the body is a
+// prometheus.WriteRequest (proto/prometheus/remote_write.proto) that the
+// harness snappy-compresses, so most inputs reach the protobuf decoder
+// and the mapping; set: the body is sent as it is (the snappy decoder's
+// and the size limit's input). Bits 1-2: seconds the fake clock moves on
+// after the request (the frame grace is 1 s).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "httplib.h"
+#include "notify/signing.h"
+#include "server/config/auth.h"
+#include "server/server.h"
+#include "snappy.h"
+
+namespace {
+
+constexpr char kToken[] = "fuzz-remote-write-token";
+
+struct Fixture {
+  Fixture() : server(Options(), &clock) {
+    if (!server.Start().ok()) __builtin_trap();
+    client = std::make_unique<httplib::Client>("127.0.0.1", server.http_port());
+    client->set_connection_timeout(5);
+    client->set_read_timeout(5);
+    client->set_write_timeout(5);
+  }
+  static vigil::ServerOptions Options() {
+    vigil::ServerOptions o;
+    o.memory = true;
+    o.grpc_listen = "127.0.0.1:0";
+    o.http_listen = "127.0.0.1:0";
+    o.grpc_insecure = true;
+    o.http_threads = 2;
+    o.max_series = 100'000;
+    vigil::RemoteWriteReceiverOptions receiver;
+    receiver.frame_grace_seconds = 1;      // frames reach detection as the clock moves
+    receiver.max_decoded_bytes = 1 << 20;  // a claimed 64 MiB body costs its allocation
+    o.remote_write_receiver = receiver;
+    o.auth.tokens = {{"prometheus", vigil::Role::kRemoteWrite,
+                      vigil::HexEncode(vigil::Sha256(kToken))}};
+    o.auth.anonymous_read = true;
+    return o;
+  }
+  vigil::FakeClock clock{1764000000.0};
+  vigil::VigilServer server;
+  std::unique_ptr<httplib::Client> client;
+};
+
+bool Answered(const httplib::Result& r) {
+  if (!r) return false;
+  return (r->status >= 200 && r->status < 300) || (r->status >= 400 && r->status < 500) ||
+         r->status == 503;
+}
+
+[[noreturn]] void Fail(const char* what, const httplib::Result& r) {
+  std::fprintf(stderr, "remote_write_fuzz: %s -> %d %s\n", what, r ? r->status : -1,
+               r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+  __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static Fixture* fixture = new Fixture();  // lives for the process
+  if (size == 0) return 0;
+  const uint8_t mode = data[0];
+  const char* rest = reinterpret_cast<const char*>(data + 1);
+  std::string body;
+  if (mode & 1) {
+    body.assign(rest, size - 1);
+  } else {
+    snappy::Compress(rest, size - 1, &body);
+  }
+  const httplib::Headers headers = {
+      {"Authorization", std::string("Bearer ") + kToken},
+      {"Content-Encoding", "snappy"},
+      {"X-Prometheus-Remote-Write-Version", "0.1.0"}};
+  httplib::Result r =
+      fixture->client->Post("/api/v1/write", headers, body, "application/x-protobuf");
+  if (!Answered(r)) Fail("POST /api/v1/write", r);
+  fixture->clock.Advance((mode >> 1) & 3);
+  httplib::Result health = fixture->client->Get("/healthz");
+  if (!health || health->status != 200 ||
+      health->body.find("\"status\":\"ok\"") == std::string::npos)
+    Fail("GET /healthz", health);
+  return 0;
+}
