@@ -1,17 +1,66 @@
 #include "bench/bench_load.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include <httplib.h>
+
 #include "agent/sim/simulator.h"
+#include "server/remote_write/write_request.h"
 
 namespace vigil::bench {
+
+namespace {
+
+pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::FILE* out = std::fopen(log.c_str(), "w");
+    if (out != nullptr) {
+      dup2(fileno(out), 1);
+      dup2(fileno(out), 2);
+    }
+    std::vector<char*> args;
+    for (std::string& s : argv) args.push_back(s.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::perror("exec");
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+pid_t StartServer(std::vector<std::string> argv, const std::string& log, int port,
+                  const char* path) {
+  const pid_t pid = Spawn(std::move(argv), log);
+  httplib::Client c("127.0.0.1", port);
+  for (int i = 0; i < 300; ++i) {
+    auto r = c.Get(path);
+    if (r && r->status == 200) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::fprintf(stderr, "%s did not come up (%s)\n", path, log.c_str());
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+void Stop(pid_t pid) {
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+}
 
 // CPU seconds (user + system) used so far by process `pid`.
 double ProcessCpuSeconds(pid_t pid) {
@@ -48,80 +97,105 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 
-NodeLoad GenerateNode(int index, int frames, int batch_frames, double start_ts, bool fault) {
-  vigil::agent::SimulatorOptions options;
-  char name[16];
-  std::snprintf(name, sizeof(name), "n%03d", index);
-  options.node = name;
-  options.job = "bench-job";
-  options.seed = 1000 + index;
-  auto sim = vigil::agent::Simulator::Create(options);
+NodeSource::NodeSource(const std::string& node, const std::string& job, uint64_t seed,
+                       const NodeFault& fault)
+    : fault_(fault) {
+  agent::SimulatorOptions options;
+  options.node = node;
+  options.job = job;
+  options.seed = seed;
+  auto sim = agent::Simulator::Create(options);
   if (!sim.ok()) {
     std::fprintf(stderr, "simulator: %s\n", sim.status().ToString().c_str());
     std::exit(1);
   }
-  NodeLoad load;
-  load.node = options.node;
-  load.job = options.job;
-  load.series = sim->series();
-  for (SeriesKey& key : load.series) {
-    key.labels.emplace_back("job", load.job);
-    key.labels.emplace_back("node", load.node);
+  sim_ = std::make_unique<agent::Simulator>(std::move(*sim));
+  node_ = node;
+  job_ = job;
+  series_ = sim_->series();
+  for (SeriesKey& key : series_) {
+    key.labels.emplace_back("job", job);
+    key.labels.emplace_back("node", node);
     std::sort(key.labels.begin(), key.labels.end());
   }
-  vigil::v1::FrameBatch batch;
+  // The series the fault changes: GPU 0's ECC double-bit counter or power.
+  const char* fault_metric = fault.kind == NodeFault::kEccDoubleBit ? "gpu_ecc_dbe_total"
+                             : fault.kind == NodeFault::kPowerDrop  ? "gpu_power_watts"
+                                                                    : "";
+  for (uint32_t id = 0; id < sim_->series().size(); ++id) {
+    const auto& key = sim_->series()[id];
+    if (key.metric == fault_metric && key.LabelValue("gpu") == "0") faulty_series_ = id;
+  }
+}
+
+NodeSource::~NodeSource() = default;
+NodeSource::NodeSource(NodeSource&&) noexcept = default;
+
+void NodeSource::AddHello(v1::FrameBatch* batch) const {
+  batch->mutable_hello()->set_node(node_);
+  batch->mutable_hello()->set_agent_instance("bench-" + node_);
+  batch->mutable_hello()->set_interval_seconds(1.0);
+  const auto& series = sim_->series();
+  for (uint32_t id = 0; id < series.size(); ++id) {
+    auto* def = batch->add_series();
+    def->set_id(id);
+    def->set_metric(series[id].metric);
+    for (const auto& [n, v] : series[id].labels) {
+      if (n == "job" || n == "node") continue;
+      auto* l = def->add_labels();
+      l->set_name(n);
+      l->set_value(v);
+    }
+  }
+}
+
+int NodeSource::AddFrame(double ts, v1::FrameBatch* batch, bool* fault_starts) {
+  *fault_starts = false;
+  if (frames_ == 0) sim_->Tick(ts - 1);
+  auto frame = sim_->Tick(ts);
+  const int index = frames_++;
+  if (!frame) return 0;
+  if (fault_.kind != NodeFault::kNone && index >= fault_.frame) {
+    const double delta = fault_.kind == NodeFault::kPowerDrop ? -80 : 1;
+    for (auto& sample : frame->samples) {
+      if (sample.series == faulty_series_) sample.value += delta;
+    }
+    *fault_starts = index == fault_.frame;
+  }
+  auto* f = batch->add_frames();
+  f->set_job(job_);
+  f->set_step(frame->step);
+  f->set_ts(frame->ts);
+  f->mutable_series_ids()->Reserve(frame->samples.size());
+  f->mutable_values()->Reserve(frame->samples.size());
+  for (const auto& s : frame->samples) {
+    f->add_series_ids(s.series);
+    f->add_values(s.value);
+  }
+  return static_cast<int>(frame->samples.size());
+}
+
+NodeLoad GenerateNode(int index, int frames, int batch_frames, double start_ts,
+                      const NodeFault& fault) {
+  char name[16];
+  std::snprintf(name, sizeof(name), "n%03d", index);
+  NodeSource source(name, "bench-job", 1000 + index, fault);
+  NodeLoad load;
+  load.node = name;
+  load.job = "bench-job";
+  load.series = source.series();
+  v1::FrameBatch batch;
   uint64_t seq = 0;
   auto start_batch = [&] {
     batch.Clear();
     batch.set_seq(++seq);
-    if (seq == 1) {
-      batch.mutable_hello()->set_node(options.node);
-      batch.mutable_hello()->set_agent_instance("bench-" + options.node);
-      batch.mutable_hello()->set_interval_seconds(1.0);
-      const auto& series = sim->series();
-      for (uint32_t id = 0; id < series.size(); ++id) {
-        auto* def = batch.add_series();
-        def->set_id(id);
-        def->set_metric(series[id].metric);
-        for (const auto& [n, v] : series[id].labels) {
-          if (n == "job" || n == "node") continue;
-          auto* l = def->add_labels();
-          l->set_name(n);
-          l->set_value(v);
-        }
-      }
-    }
+    if (seq == 1) source.AddHello(&batch);
   };
   start_batch();
-  sim->Tick(start_ts - 1);
-  // A faulty node's ECC double-bit counter of GPU 0 goes up by one from
-  // two thirds into the run: a P0 the server must raise.
-  uint32_t dbe = UINT32_MAX;
-  for (uint32_t id = 0; id < sim->series().size(); ++id) {
-    const auto& key = sim->series()[id];
-    if (key.metric == "gpu_ecc_dbe_total" && key.LabelValue("gpu") == "0") dbe = id;
-  }
-  const int fault_frame = fault ? frames * 2 / 3 : frames;
   for (int i = 0; i < frames; ++i) {
-    auto frame = sim->Tick(start_ts + i);
-    if (!frame) continue;
-    if (i >= fault_frame) {
-      for (auto& sample : frame->samples) {
-        if (sample.series == dbe) sample.value += 1;
-      }
-      if (i == fault_frame) load.fault_seq = seq;
-    }
-    auto* f = batch.add_frames();
-    f->set_job(options.job);
-    f->set_step(frame->step);
-    f->set_ts(frame->ts);
-    f->mutable_series_ids()->Reserve(frame->samples.size());
-    f->mutable_values()->Reserve(frame->samples.size());
-    for (const auto& s : frame->samples) {
-      f->add_series_ids(s.series);
-      f->add_values(s.value);
-    }
-    load.samples += frame->samples.size();
+    bool fault_starts = false;
+    load.samples += source.AddFrame(start_ts + i, &batch, &fault_starts);
+    if (fault_starts) load.fault_seq = seq;
     if (batch.frames_size() == batch_frames) {
       load.batches.push_back(batch);
       start_batch();
@@ -129,6 +203,18 @@ NodeLoad GenerateNode(int index, int frames, int batch_frames, double start_ts, 
   }
   if (batch.frames_size() > 0) load.batches.push_back(batch);
   return load;
+}
+
+std::string RemoteWriteBody(const NodeLoad& load, const v1::FrameBatch& batch) {
+  std::vector<ExportSeries> series(load.series.size());
+  for (size_t id = 0; id < load.series.size(); ++id) series[id].key = &load.series[id];
+  for (const v1::Frame& f : batch.frames()) {
+    const int64_t ms = static_cast<int64_t>(std::llround(f.ts() * 1000));
+    for (int i = 0; i < f.series_ids_size(); ++i)
+      series[f.series_ids(i)].samples.emplace_back(ms, f.values(i));
+  }
+  std::erase_if(series, [](const ExportSeries& s) { return s.samples.empty(); });
+  return EncodeWriteRequest(series);
 }
 
 // Streams `load` with up to `window` unacked batches; appends each batch's

@@ -102,7 +102,11 @@ int main(int argc, char** argv) {
     std::vector<std::thread> gen;
     for (int i = 0; i < args.nodes; ++i) {
       gen.emplace_back([&, i] {
-        loads[i] = GenerateNode(i + 1, args.frames, args.batch_frames, start_ts, i < args.fault_nodes);
+        // A faulty node's ECC double-bit counter of GPU 0 goes up by one
+        // from two thirds into the run: a P0 the server must raise.
+        vigil::bench::NodeFault fault;
+        if (i < args.fault_nodes) fault = {vigil::bench::NodeFault::kEccDoubleBit, args.frames * 2 / 3};
+        loads[i] = GenerateNode(i + 1, args.frames, args.batch_frames, start_ts, fault);
       });
     }
     for (auto& t : gen) t.join();

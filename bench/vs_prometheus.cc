@@ -10,19 +10,17 @@
 // node-tick per request, as a 1 Hz agent sends; larger is a batch.
 //
 // Reported per system: CPU seconds of the server process per million
-// samples, bytes on disk per sample (Vigil: its data dir after a clean
-// shutdown; Prometheus: its persisted blocks after the head was compacted
-// into them, against the samples the blocks' meta.json count), and RSS
-// growth per active series. Then the ratios, Prometheus over Vigil.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+// samples, bytes on disk per sample (Vigil: its sample blocks, closed and
+// open, and its series index after a clean shutdown, with the whole data
+// dir beside it; Prometheus: its persisted blocks after the head was
+// compacted into them, against the samples the blocks' meta.json count),
+// and RSS growth per active series. Then the ratios, Prometheus over Vigil.
 #include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -30,9 +28,10 @@
 #include <vector>
 
 #include <httplib.h>
+#include <rocksdb/db.h>
 
 #include "bench/bench_load.h"
-#include "server/remote_write/write_request.h"
+#include "bench/noisy_data.h"
 
 namespace {
 
@@ -41,6 +40,8 @@ using vigil::bench::GenerateNode;
 using vigil::bench::NodeLoad;
 using vigil::bench::ProcessCpuSeconds;
 using vigil::bench::ProcessRssBytes;
+using vigil::bench::StartServer;
+using vigil::bench::Stop;
 using vigil::bench::Steady;
 
 struct Args {
@@ -49,6 +50,7 @@ struct Args {
   int nodes = 16;
   int frames = 900;  // 15 min at 1 Hz: Prometheus compacts 5-min blocks
   int batch_frames = 1;
+  bool noisy = false;  // bench/noisy_data.h
   int grpc_port = 17170;
   int http_port = 18180;
   int prometheus_port = 19190;
@@ -68,6 +70,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     else if (auto v = value("frames")) a->frames = std::atoi(v);
     else if (auto v = value("batch-frames")) a->batch_frames = std::atoi(v);
     else if (auto v = value("dir")) a->dir = v;
+    else if (arg == "--noisy") a->noisy = true;
     else {
       std::fprintf(stderr, "vs_prometheus: unknown argument %s\n", argv[i]);
       return false;
@@ -76,54 +79,14 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   return a->nodes > 0 && a->frames >= 600 && a->batch_frames > 0;
 }
 
-pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::FILE* out = std::fopen(log.c_str(), "w");
-    if (out != nullptr) {
-      dup2(fileno(out), 1);
-      dup2(fileno(out), 2);
-    }
-    std::vector<char*> args;
-    for (std::string& s : argv) args.push_back(s.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::perror("exec");
-    _exit(127);
-  }
-  return pid;
-}
-
-// Starts `argv` (output to `log`) and waits until http://127.0.0.1:`port``path`
-// answers 200; its pid, or -1 (the process killed) when it never did.
-pid_t StartServer(std::vector<std::string> argv, const std::string& log, int port,
-                  const char* path) {
-  const pid_t pid = Spawn(std::move(argv), log);
-  httplib::Client c("127.0.0.1", port);
-  for (int i = 0; i < 300; ++i) {
-    auto r = c.Get(path);
-    if (r && r->status == 200) return pid;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::fprintf(stderr, "%s did not come up (%s)\n", path, log.c_str());
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return -1;
-}
-
-void Stop(pid_t pid) {
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-}
-
 // What one system did with the load.
 struct Result {
   double cpu_s = 0;
   double wall_s = 0;
   uint64_t samples = 0;       // sent
-  double disk_bytes = 0;      // persisted
+  double disk_bytes = 0;      // persisted: blocks and their index
   double disk_samples = 0;    // samples in what was persisted
+  double dir_bytes = 0;       // the whole data dir
   double rss_growth = 0;      // bytes, end minus start
   bool ok = true;
 };
@@ -144,6 +107,32 @@ bool Rounds(int nodes, size_t rounds, Send send) {
   }
   for (auto& t : threads) t.join();
   return ok;
+}
+
+// Bytes of each RocksDB column family of the databases under `dir`
+// (opened read-only after the server stopped), summed by family name.
+std::map<std::string, uint64_t> FamilyBytes(const std::string& dir) {
+  std::map<std::string, uint64_t> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().filename() != "CURRENT") continue;
+    const std::string db_dir = e.path().parent_path().string();
+    std::vector<std::string> names;
+    if (!rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), db_dir, &names).ok()) continue;
+    std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+    for (const std::string& name : names) descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    if (!rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), db_dir, descriptors, &handles, &db).ok())
+      continue;
+    for (rocksdb::ColumnFamilyHandle* h : handles) {
+      rocksdb::ColumnFamilyMetaData meta;
+      db->GetColumnFamilyMetaData(h, &meta);
+      out[h->GetName()] += meta.size;
+      (void)db->DestroyColumnFamilyHandle(h);
+    }
+    delete db;
+  }
+  return out;
 }
 
 Result RunVigil(const Args& args, const std::vector<NodeLoad>& loads, uint64_t samples) {
@@ -194,7 +183,19 @@ Result RunVigil(const Args& args, const std::vector<NodeLoad>& loads, uint64_t s
   res.cpu_s = ProcessCpuSeconds(server) - cpu0;
   res.rss_growth = ProcessRssBytes(server) - rss0;
   Stop(server);
-  res.disk_bytes = DirBytes(data);
+  res.dir_bytes = DirBytes(data);
+  // What stands for Prometheus' blocks: the closed sample blocks, the open
+  // ones saved at shutdown and the series index.
+  const std::map<std::string, uint64_t> families = FamilyBytes(data);
+  uint64_t in_families = 0;
+  for (const auto& [name, bytes] : families) {
+    in_families += bytes;
+    std::printf("  vigil column family %-10s %10lu bytes\n", name.c_str(),
+                static_cast<unsigned long>(bytes));
+    if (name == "raw" || name == "open" || name == "index") res.disk_bytes += bytes;
+  }
+  std::printf("  vigil other files (frame log, RocksDB logs and manifests) %lu bytes\n",
+              static_cast<unsigned long>(res.dir_bytes - in_families));
   res.disk_samples = samples;
   return res;
 }
@@ -225,18 +226,8 @@ Result RunPrometheus(const Args& args, const std::vector<NodeLoad>& loads, uint6
   // series, every frame's sample of it.
   std::vector<std::vector<std::string>> bodies(loads.size());
   for (size_t n = 0; n < loads.size(); ++n) {
-    const NodeLoad& load = loads[n];
-    for (const vigil::v1::FrameBatch& batch : load.batches) {
-      std::vector<vigil::ExportSeries> series(load.series.size());
-      for (size_t id = 0; id < load.series.size(); ++id) series[id].key = &load.series[id];
-      for (const vigil::v1::Frame& f : batch.frames()) {
-        const int64_t ms = static_cast<int64_t>(std::llround(f.ts() * 1000));
-        for (int i = 0; i < f.series_ids_size(); ++i)
-          series[f.series_ids(i)].samples.emplace_back(ms, f.values(i));
-      }
-      std::erase_if(series, [](const vigil::ExportSeries& s) { return s.samples.empty(); });
-      bodies[n].push_back(vigil::EncodeWriteRequest(series));
-    }
+    for (const vigil::v1::FrameBatch& batch : loads[n].batches)
+      bodies[n].push_back(vigil::bench::RemoteWriteBody(loads[n], batch));
   }
   const std::string tsdb = args.dir + "/prometheus";
   std::filesystem::remove_all(tsdb);
@@ -300,15 +291,18 @@ Result RunPrometheus(const Args& args, const std::vector<NodeLoad>& loads, uint6
   Stop(server);
   res.disk_bytes = bytes;
   res.disk_samples = persisted;
+  res.dir_bytes = bytes;
   return res;
 }
 
 void Print(const char* who, const Result& r, double series) {
   std::printf("%-10s cpu_s=%.3f wall_s=%.2f samples=%lu cpu_s_per_M=%.3f "
-              "bytes_per_sample=%.3f (persisted %.0f samples) rss_per_series=%.0f ok=%d\n",
+              "bytes_per_sample=%.3f (persisted %.0f samples) dir_bytes_per_sample=%.3f "
+              "rss_per_series=%.0f ok=%d\n",
               who, r.cpu_s, r.wall_s, static_cast<unsigned long>(r.samples),
               r.cpu_s / (r.samples / 1e6), r.disk_samples > 0 ? r.disk_bytes / r.disk_samples : 0,
-              r.disk_samples, r.rss_growth / series, r.ok ? 1 : 0);
+              r.disk_samples, r.disk_samples > 0 ? r.dir_bytes / r.disk_samples : 0,
+              r.rss_growth / series, r.ok ? 1 : 0);
 }
 
 }  // namespace
@@ -318,7 +312,7 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr,
                  "usage: vs_prometheus [--server-bin=P] [--prometheus-bin=P] [--nodes=N] "
-                 "[--frames=N (>= 600)] [--batch-frames=N] [--dir=D]\n");
+                 "[--frames=N (>= 600)] [--batch-frames=N] [--noisy] [--dir=D]\n");
     return 2;
   }
   std::filesystem::create_directories(args.dir);
@@ -331,7 +325,8 @@ int main(int argc, char** argv) {
     std::vector<std::thread> gen;
     for (int i = 0; i < args.nodes; ++i)
       gen.emplace_back([&, i] {
-        loads[i] = GenerateNode(i + 1, args.frames, args.batch_frames, start_ts, false);
+        loads[i] = GenerateNode(i + 1, args.frames, args.batch_frames, start_ts, {});
+        if (args.noisy) vigil::bench::MakeNoisy(&loads[i], 7000 + i);
       });
     for (auto& t : gen) t.join();
   }
@@ -341,8 +336,11 @@ int main(int argc, char** argv) {
     samples += l.samples;
     series += l.series.size();
   }
-  std::printf("nodes=%d frames=%d batch_frames=%d samples=%lu series=%.0f\n", args.nodes,
-              args.frames, args.batch_frames, static_cast<unsigned long>(samples), series);
+  const double entropy = vigil::bench::EntropyBytesPerSample(loads);
+  std::printf("nodes=%d frames=%d batch_frames=%d noisy=%d samples=%lu series=%.0f "
+              "entropy_bytes_per_sample=%.3f\n",
+              args.nodes, args.frames, args.batch_frames, args.noisy ? 1 : 0,
+              static_cast<unsigned long>(samples), series, entropy);
   const Result vigil = RunVigil(args, loads, samples);
   Print("vigil", vigil, series);
   const Result prom = RunPrometheus(args, loads, samples);
@@ -350,8 +348,9 @@ int main(int argc, char** argv) {
   const double vb = vigil.disk_bytes / vigil.disk_samples;
   const double pb = prom.disk_samples > 0 ? prom.disk_bytes / prom.disk_samples : NAN;
   std::printf("ratio cpu_per_sample=%.1fx bytes_per_sample=%.3f rss_per_series=%.2f "
+              "vigil_over_entropy=%.2f prometheus_over_entropy=%.2f "
               "(Prometheus over Vigil for CPU; Vigil over Prometheus for bytes and memory)\n",
               (prom.cpu_s / prom.samples) / (vigil.cpu_s / vigil.samples), vb / pb,
-              vigil.rss_growth / prom.rss_growth);
+              vigil.rss_growth / prom.rss_growth, vb / entropy, pb / entropy);
   return vigil.ok && prom.ok ? 0 : 1;
 }
