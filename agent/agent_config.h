@@ -1,6 +1,7 @@
 // The agent's configuration: one JSON file (every key below; unknown keys are
-// errors), with command-line flags of vigil-agent overriding it. The example
-// with every key and its default is deploy/systemd/agent.json.
+// errors), with command-line flags of vigil-agent overriding it. Every key
+// with its type, default, range and meaning: docs/CONFIG.md, generated from
+// the parser by AgentConfigReference; an example: deploy/systemd/agent.json.
 #ifndef VIGIL_AGENT_AGENT_CONFIG_H_
 #define VIGIL_AGENT_AGENT_CONFIG_H_
 
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "promcompat/metric_mapping.h"
 
 namespace vigil::agent {
@@ -139,6 +142,13 @@ std::vector<std::string> CollectorNames();
 // listing every problem (syntax with line and column, unknown keys, wrong
 // types, out-of-range values); `config` is unchanged then.
 absl::Status ParseAgentConfig(std::string_view text, AgentConfig* config);
+
+// Every key of the config file, for `vigil-agent --config-reference` and
+// docs/CONFIG.md: {"program": "vigil-agent", "keys": [{"path", "type",
+// "range", "default", "meaning"}, ...]} (common/config_schema.h), defaults
+// as AgentConfig has them. kInternal naming the keys the parser accepts
+// without documenting them.
+absl::StatusOr<nlohmann::json> AgentConfigReference();
 
 // Reads the file at `path` and applies it as ParseAgentConfig does; the
 // error names the file.

@@ -1,5 +1,7 @@
 #include "common/json_reader.h"
 
+#include <utility>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +15,7 @@ bool JsonConfigReader::CheckObject(const Json& obj, const std::string& path,
     Error(path.empty() ? "(top level)" : path, "must be a JSON object");
     return false;
   }
+  if (schema_ != nullptr) schema_->AddObject(path, known);
   for (const auto& [key, value] : obj.items()) {
     if (!known.count(key)) Error(Join(path, key), "unknown key");
   }
@@ -20,7 +23,8 @@ bool JsonConfigReader::CheckObject(const Json& obj, const std::string& path,
 }
 
 void JsonConfigReader::String(const Json& obj, const std::string& path,
-                              const char* key, std::string* out) {
+                              const char* key, std::string* out, KeyDoc doc) {
+  if (schema_ != nullptr) Record(Join(path, key), "string", "", *out, doc);
   const Json* v = Find(obj, key);
   if (v == nullptr) return;
   if (!v->is_string()) return Error(Join(path, key), "must be a string");
@@ -28,7 +32,8 @@ void JsonConfigReader::String(const Json& obj, const std::string& path,
 }
 
 void JsonConfigReader::Bool(const Json& obj, const std::string& path,
-                            const char* key, bool* out) {
+                            const char* key, bool* out, KeyDoc doc) {
+  if (schema_ != nullptr) Record(Join(path, key), "bool", "", *out, doc);
   const Json* v = Find(obj, key);
   if (v == nullptr) return;
   if (!v->is_boolean()) return Error(Join(path, key), "must be true or false");
@@ -37,7 +42,12 @@ void JsonConfigReader::Bool(const Json& obj, const std::string& path,
 
 void JsonConfigReader::Positive(const Json& obj, const std::string& path,
                                 const char* key, double scale, double max,
-                                double* out) {
+                                double* out, KeyDoc doc) {
+  if (schema_ != nullptr) {
+    Record(Join(path, key), "number",
+           absl::StrCat("(0, ", ConfigSchema::Number(max).dump(), "]"),
+           ConfigSchema::Number(*out / scale), doc);
+  }
   const Json* v = Find(obj, key);
   if (v == nullptr) return;
   if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > max) {
@@ -49,7 +59,9 @@ void JsonConfigReader::Positive(const Json& obj, const std::string& path,
 
 void JsonConfigReader::StringList(const Json& obj, const std::string& path,
                                   const char* key,
-                                  std::vector<std::string>* out) {
+                                  std::vector<std::string>* out,
+                                  KeyDoc doc) {
+  if (schema_ != nullptr) Record(Join(path, key), "string list", "", *out, doc);
   const Json* v = Find(obj, key);
   if (v == nullptr) return;
   std::vector<std::string> list;
@@ -63,6 +75,33 @@ void JsonConfigReader::StringList(const Json& obj, const std::string& path,
     return Error(Join(path, key), "must be an array of strings");
   }
   *out = std::move(list);
+}
+
+const JsonConfigReader::Json* JsonConfigReader::Object(const Json& obj,
+                                                       const std::string& path,
+                                                       const char* key, KeyDoc doc) {
+  return Section(obj, path, key, SectionShape::kObject, "", nullptr, doc);
+}
+
+const JsonConfigReader::Json* JsonConfigReader::ObjectArray(
+    const Json& obj, const std::string& path, const char* key,
+    Json default_value, KeyDoc doc) {
+  return Section(obj, path, key, SectionShape::kObjectArray, "",
+                 std::move(default_value), doc);
+}
+
+const JsonConfigReader::Json* JsonConfigReader::ObjectMap(
+    const Json& obj, const std::string& path, const char* key,
+    const char* entry, KeyDoc doc) {
+  return Section(obj, path, key, SectionShape::kObjectMap, entry, nullptr, doc);
+}
+
+const JsonConfigReader::Json* JsonConfigReader::Value(
+    const Json& obj, const std::string& path, const char* key,
+    const char* type, Json default_value, KeyDoc doc) {
+  if (schema_ != nullptr)
+    Record(Join(path, key), type, "", std::move(default_value), doc);
+  return Find(obj, key);
 }
 
 void JsonConfigReader::Error(const std::string& path, const std::string& what) {
@@ -84,6 +123,35 @@ const JsonConfigReader::Json* JsonConfigReader::Find(const Json& obj,
                                                      const char* key) {
   auto it = obj.find(key);
   return it == obj.end() ? nullptr : &*it;
+}
+
+void JsonConfigReader::Record(const std::string& path, const char* type,
+                              std::string range, Json default_value,
+                              KeyDoc doc) {
+  if (!doc.values.empty()) range = std::string(doc.values);
+  if (doc.required) default_value = nullptr;
+  schema_->AddKey({path, type, std::move(range), std::move(default_value),
+                   std::string(doc.meaning), doc.required});
+}
+
+void JsonConfigReader::RecordInteger(const std::string& path, int64_t min,
+                                     int64_t max, double default_value,
+                                     KeyDoc doc) {
+  Record(path, "integer", absl::StrCat("[", min, ", ", max, "]"),
+         ConfigSchema::Number(default_value), doc);
+}
+
+const JsonConfigReader::Json* JsonConfigReader::Section(
+    const Json& obj, const std::string& path, const char* key,
+    SectionShape shape, const char* entry, Json default_value, KeyDoc doc) {
+  const Json* v = Find(obj, key);
+  if (schema_ == nullptr) return v;
+  const Json* placeholder = schema_->AddSection(
+      {Join(path, key), "", std::string(doc.values),
+       doc.required ? nullptr : std::move(default_value), std::string(doc.meaning),
+       doc.required},
+      shape, entry);
+  return v != nullptr ? v : placeholder;
 }
 
 void JsonConfigReader::IntegerRangeError(const std::string& path, int64_t min,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/config_schema.h"
 #include "escalation/channels.h"
 #include "escalation/escalation.h"
 #include "escalation/json_checker.h"
@@ -44,38 +45,124 @@ bool IsE164(std::string_view phone) {
   return true;
 }
 
+// A policy as the config writes it.
+json PolicyJson(const EscalationPolicy& policy) {
+  json steps = json::array();
+  for (const EscalationStep& step : policy.steps) {
+    steps.push_back({{"targets", step.targets},
+                     {"channels", step.channels},
+                     {"wait_minutes", ConfigSchema::Number(step.wait_seconds / kMinute)},
+                     {"repeat", step.repeat}});
+  }
+  return {{"steps", std::move(steps)},
+          {"ack_timeout_minutes", ConfigSchema::Number(policy.ack_timeout_seconds / kMinute)},
+          {"notify_resolved", policy.notify_resolved}};
+}
+
 class ConfigParser {
  public:
-  explicit ConfigParser(EscalationConfig* config) : config_(config) {}
+  // With `schema`, also documents every key it asks for, under `prefix`.
+  ConfigParser(EscalationConfig* config, ConfigSchema* schema, std::string_view prefix)
+      : config_(config), schema_(schema), prefix_(prefix) {}
 
   absl::Status Parse(const json& section) {
     if (!checker_.Object(section, "$")) return checker_.ToStatus();
-    checker_.CheckKeys(section, "",
-                       {"users", "schedules", "policies", "interlocks"});
+    CheckKeys(section, "", {"users", "schedules", "policies", "interlocks"});
     // Users first: schedules and targets refer to them.
-    if (auto it = section.find("users"); it != section.end()) Users(*it);
+    if (const json* v = Section(section, "", "users", SectionShape::kObjectArray,
+                                json::array(),
+                                "People who can be paged; a given list replaces the "
+                                "default (none)"))
+      Users(*v);
     for (const User& u : config_->users) user_names_.insert(u.name);
-    if (auto it = section.find("schedules"); it != section.end()) {
-      Schedules(*it);
-    }
+    if (const json* v = Section(section, "", "schedules", SectionShape::kObjectArray,
+                                json::array(),
+                                "On-call schedules: rotations plus overrides; the newest "
+                                "override covering a time wins, else the last layer that "
+                                "started. The default policies name \"primary\" and "
+                                "\"secondary\", which resolve to nobody until defined"))
+      Schedules(*v);
     for (const Schedule& s : config_->schedules) schedule_names_.insert(s.name);
-    if (auto it = section.find("policies"); it != section.end()) Policies(*it);
-    if (auto it = section.find("interlocks"); it != section.end()) {
-      Interlocks(*it);
+    json policies = json::object();
+    for (int i = 0; i < 4; ++i) {
+      policies[std::string(SeverityName(static_cast<Severity>(i)))] =
+          PolicyJson(config_->policies[i]);
     }
+    if (const json* v = Section(section, "", "policies", SectionShape::kObjectMap,
+                                std::move(policies),
+                                {"How incidents of each severity escalate; a given "
+                                 "severity's keys replace its defaults one by one",
+                                 "keys: P0, P1, P2, P3"},
+                                "severity"))
+      Policies(*v);
+    if (const json* v = Section(section, "", "interlocks", SectionShape::kObject,
+                                nullptr, "Safety interlocks of automatic actions"))
+      Interlocks(*v);
     return checker_.ToStatus();
   }
 
  private:
-  // The required member `key` of `obj`, or nullptr (reported).
-  const json* Required(const json& obj, std::string_view path,
-                       const char* key) {
-    auto it = obj.find(key);
-    if (it == obj.end()) {
-      checker_.Error(Member(path, key), "required");
-      return nullptr;
+  // `path` (relative to the section) as the reference names it.
+  std::string Documented(std::string_view path) const {
+    return path.empty() ? prefix_ : Member(prefix_, path);
+  }
+
+  // Records the keys `obj` accepts and reports the others.
+  void CheckKeys(const json& obj, std::string_view path,
+                 std::initializer_list<std::string_view> known) {
+    checker_.CheckKeys(obj, path, known);
+    if (schema_ != nullptr) {
+      std::set<std::string> keys;
+      for (std::string_view k : known) keys.insert(std::string(k));
+      schema_->AddObject(Documented(path), keys);
     }
-    return &*it;
+  }
+
+  // The member `key` of `obj` (at `path`), or nullptr; documented as a
+  // key of `type` whose absent value means `default_value`.
+  const json* Find(const json& obj, std::string_view path, const char* key,
+                   const char* type, json default_value, KeyDoc doc) {
+    if (schema_ != nullptr) {
+      schema_->AddKey({Documented(Member(path, key)), type, std::string(doc.values),
+                       doc.required ? nullptr : std::move(default_value),
+                       std::string(doc.meaning), doc.required});
+    }
+    auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+  }
+
+  // As Find, for a section; when documenting, an absent one is replaced by
+  // an empty stand-in so that its keys are documented too.
+  const json* Section(const json& obj, std::string_view path, const char* key,
+                      SectionShape shape, json default_value, KeyDoc doc,
+                      std::string_view entry = "name") {
+    auto it = obj.find(key);
+    const json* v = it == obj.end() ? nullptr : &*it;
+    if (schema_ == nullptr) return v;
+    const json* placeholder = schema_->AddSection(
+        {Documented(Member(path, key)), "", std::string(doc.values),
+         doc.required ? nullptr : std::move(default_value), std::string(doc.meaning),
+         doc.required},
+        shape, entry);
+    return v != nullptr ? v : placeholder;
+  }
+
+  // The required member `key` of `obj`, or nullptr (reported).
+  const json* Required(const json& obj, std::string_view path, const char* key,
+                       const char* type, KeyDoc doc) {
+    doc.required = true;
+    const json* v = Find(obj, path, key, type, nullptr, doc);
+    if (v == nullptr) checker_.Error(Member(path, key), "required");
+    return v;
+  }
+
+  // The required section `key` of `obj`, or nullptr (reported); when
+  // documenting, an empty stand-in.
+  const json* RequiredSection(const json& obj, std::string_view path, const char* key,
+                              SectionShape shape, KeyDoc doc) {
+    if (!obj.contains(key)) checker_.Error(Member(path, key), "required");
+    doc.required = true;
+    return Section(obj, path, key, shape, nullptr, doc);
   }
 
   // A user name that must be configured.
@@ -94,9 +181,10 @@ class ConfigParser {
       const std::string path = Element("users", i);
       const json& u = v[i];
       if (!checker_.Object(u, path)) continue;
-      checker_.CheckKeys(u, path, {"name", "phone", "email", "im"});
+      CheckKeys(u, path, {"name", "phone", "email", "im"});
       User user;
-      if (const json* name = Required(u, path, "name")) {
+      if (const json* name = Required(u, path, "name", "string",
+                                      "The user's name, unique; targets say user:NAME")) {
         if (auto s = checker_.String(*name, Member(path, "name"))) {
           user.name = *s;
           if (auto [it, inserted] = seen.emplace(*s, i); !inserted) {
@@ -106,7 +194,9 @@ class ConfigParser {
           }
         }
       }
-      if (auto it = u.find("phone"); it != u.end()) {
+      if (const json* it = Find(u, path, "phone", "string", "",
+                                {"Phone number for the phone and sms channels; empty: none",
+                                 "E.164: \"+\" and 6 to 15 digits"})) {
         if (auto s = checker_.Text(*it, Member(path, "phone"))) {
           if (!s->empty() && !IsE164(*s)) {
             checker_.Error(Member(path, "phone"),
@@ -117,7 +207,8 @@ class ConfigParser {
           user.phone = *s;
         }
       }
-      if (auto it = u.find("email"); it != u.end()) {
+      if (const json* it = Find(u, path, "email", "string", "",
+                                "E-mail address for the email channel; empty: none")) {
         if (auto s = checker_.Text(*it, Member(path, "email"))) {
           const size_t at = s->find('@');
           if (!s->empty() &&
@@ -128,7 +219,9 @@ class ConfigParser {
           user.email = *s;
         }
       }
-      if (auto it = u.find("im"); it != u.end()) {
+      if (const json* it = Find(u, path, "im", "string", "",
+                                "IM handle mentioned in IM pages (a Slack member id, a "
+                                "mobile number for DingTalk); empty: none")) {
         if (auto s = checker_.Text(*it, Member(path, "im"))) user.im = *s;
       }
       config_->users.push_back(std::move(user));
@@ -143,9 +236,11 @@ class ConfigParser {
       const std::string path = Element("schedules", i);
       const json& s = v[i];
       if (!checker_.Object(s, path)) continue;
-      checker_.CheckKeys(s, path, {"name", "layers", "overrides"});
+      CheckKeys(s, path, {"name", "layers", "overrides"});
       Schedule schedule;
-      if (const json* name = Required(s, path, "name")) {
+      if (const json* name = Required(s, path, "name", "string",
+                                      "The schedule's name, unique; targets say "
+                                      "schedule:NAME")) {
         if (auto n = checker_.String(*name, Member(path, "name"))) {
           schedule.name = *n;
           if (auto [it, inserted] = seen.emplace(*n, i); !inserted) {
@@ -156,7 +251,10 @@ class ConfigParser {
           }
         }
       }
-      if (const json* layers = Required(s, path, "layers")) {
+      if (const json* layers = RequiredSection(
+              s, path, "layers", SectionShape::kObjectArray,
+              "Rotations, at least one; at a given time the last layer that has "
+              "started decides")) {
         const std::string lpath = Member(path, "layers");
         if (checker_.Array(*layers, lpath)) {
           if (layers->empty()) {
@@ -167,7 +265,10 @@ class ConfigParser {
           }
         }
       }
-      if (auto it = s.find("overrides"); it != s.end()) {
+      if (const json* it = Section(s, path, "overrides", SectionShape::kObjectArray,
+                                   json::array(),
+                                   "Stand-ins for a while; the newest one covering a "
+                                   "time wins over the layers")) {
         const std::string opath = Member(path, "overrides");
         if (checker_.Array(*it, opath)) {
           for (size_t j = 0; j < it->size(); ++j) {
@@ -181,12 +282,15 @@ class ConfigParser {
 
   void Layer(const json& l, const std::string& path, Schedule* schedule) {
     if (!checker_.Object(l, path)) return;
-    checker_.CheckKeys(l, path, {"name", "rotation", "start", "users"});
+    CheckKeys(l, path, {"name", "rotation", "start", "users"});
     RotationLayer layer;
-    if (auto it = l.find("name"); it != l.end()) {
+    if (const json* it = Find(l, path, "name", "string", "",
+                              "A name for the layer, shown with who is on call")) {
       if (auto s = checker_.String(*it, Member(path, "name"))) layer.name = *s;
     }
-    if (auto it = l.find("rotation"); it != l.end()) {
+    if (const json* it = Find(l, path, "rotation", "string",
+                              layer.period_seconds == kDay ? "daily" : "weekly",
+                              {"How long each user's turn lasts", "\"daily\", \"weekly\""})) {
       if (*it == "daily") {
         layer.period_seconds = kDay;
       } else if (*it == "weekly") {
@@ -197,12 +301,16 @@ class ConfigParser {
             absl::StrCat("must be \"daily\" or \"weekly\", not ", it->dump()));
       }
     }
-    if (const json* start = Required(l, path, "start")) {
+    if (const json* start = Required(l, path, "start", "time",
+                                     "When the first user's first turn begins; turns hand "
+                                     "over at start + k periods")) {
       if (auto t = checker_.Time(*start, Member(path, "start"))) {
         layer.start_ts = *t;
       }
     }
-    if (const json* users = Required(l, path, "users")) {
+    if (const json* users = Required(l, path, "users", "string list",
+                                     "Names of configured users, taking turns in this "
+                                     "order; at least one")) {
       const std::string upath = Member(path, "users");
       if (!users->is_array() || users->empty()) {
         checker_.Error(upath, absl::StrCat("must be a non-empty array of user "
@@ -222,19 +330,21 @@ class ConfigParser {
 
   void Override(const json& o, const std::string& path, Schedule* schedule) {
     if (!checker_.Object(o, path)) return;
-    checker_.CheckKeys(o, path, {"user", "start", "end"});
+    CheckKeys(o, path, {"user", "start", "end"});
     ScheduleOverride ov;
-    if (const json* user = Required(o, path, "user")) {
+    if (const json* user = Required(o, path, "user", "string",
+                                    "The configured user on call from start to end")) {
       if (auto s = checker_.String(*user, Member(path, "user"))) {
         KnownUser(*s, Member(path, "user"));
         ov.user = *s;
       }
     }
     std::optional<double> start, end;
-    if (const json* v = Required(o, path, "start")) {
+    if (const json* v = Required(o, path, "start", "time", "Start of the override")) {
       start = checker_.Time(*v, Member(path, "start"));
     }
-    if (const json* v = Required(o, path, "end")) {
+    if (const json* v = Required(o, path, "end", "time",
+                                 "End of the override (excluded); after start")) {
       end = checker_.Time(*v, Member(path, "end"));
     }
     if (start && end) {
@@ -252,20 +362,27 @@ class ConfigParser {
     for (const auto& [key, value] : v.items()) {
       const std::string path = Member("policies", key);
       const std::optional<Severity> severity = ParseSeverity(key);
-      if (!severity) {
+      if (severity) {
+        Policy(value, path, &config_->policies[static_cast<int>(*severity)]);
+      } else if (schema_ != nullptr) {
+        // Documenting: the "<severity>" stand-in, on a policy's own defaults.
+        EscalationPolicy placeholder;
+        Policy(value, path, &placeholder);
+      } else {
         checker_.Error(path, "unknown severity (known: P0, P1, P2, P3)");
-        continue;
       }
-      Policy(value, path, &config_->policies[static_cast<int>(*severity)]);
     }
   }
 
   void Policy(const json& p, const std::string& path,
               EscalationPolicy* policy) {
     if (!checker_.Object(p, path)) return;
-    checker_.CheckKeys(p, path,
-                       {"steps", "ack_timeout_minutes", "notify_resolved"});
-    if (auto it = p.find("steps"); it != p.end()) {
+    CheckKeys(p, path, {"steps", "ack_timeout_minutes", "notify_resolved"});
+    if (const json* it = Section(p, path, "steps", SectionShape::kObjectArray, nullptr,
+                                 "Escalation steps in order, replacing the severity's "
+                                 "(default: the severity's steps in policies); after "
+                                 "the last step's last wait paging stops. [] records "
+                                 "only")) {
       const std::string spath = Member(path, "steps");
       if (checker_.Array(*it, spath)) {
         policy->steps.clear();
@@ -274,13 +391,18 @@ class ConfigParser {
         }
       }
     }
-    if (auto it = p.find("ack_timeout_minutes"); it != p.end()) {
+    if (const json* it = Find(p, path, "ack_timeout_minutes", "number",
+                              ConfigSchema::Number(policy->ack_timeout_seconds / kMinute),
+                              {"Minutes after which an acknowledgement lapses if the "
+                               "incident still fires (escalation starts again); 0: never",
+                               ">= 0"})) {
       if (auto m =
               checker_.Number(*it, Member(path, "ack_timeout_minutes"), 0)) {
         policy->ack_timeout_seconds = *m * kMinute;
       }
     }
-    if (auto it = p.find("notify_resolved"); it != p.end()) {
+    if (const json* it = Find(p, path, "notify_resolved", "bool", policy->notify_resolved,
+                              "Tell whoever was paged when the incident resolves")) {
       if (auto b = checker_.Bool(*it, Member(path, "notify_resolved"))) {
         policy->notify_resolved = *b;
       }
@@ -289,17 +411,25 @@ class ConfigParser {
 
   void Step(const json& s, const std::string& path, EscalationPolicy* policy) {
     if (!checker_.Object(s, path)) return;
-    checker_.CheckKeys(s, path,
-                       {"targets", "channels", "wait_minutes", "repeat"});
+    CheckKeys(s, path, {"targets", "channels", "wait_minutes", "repeat"});
     EscalationStep step;
-    if (const json* targets = Required(s, path, "targets")) {
+    if (const json* targets = Required(
+            s, path, "targets", "string list",
+            {"Who is paged: whoever is on call in a schedule when the page goes out, or "
+             "a user; both must be configured. Non-empty",
+             "\"schedule:NAME\", \"user:NAME\""})) {
       const std::string tpath = Member(path, "targets");
       for (const std::string& t : NonEmptyStrings(*targets, tpath)) {
         Target(t, tpath);
         step.targets.push_back(t);
       }
     }
-    if (const json* channels = Required(s, path, "channels")) {
+    if (const json* channels = Required(
+            s, path, "channels", "string list",
+            {"How: phone, sms, email page each person; im, pagerduty, webhook, ticket "
+             "page once per round naming everyone (notifications.channels routes "
+             "them). Non-empty, no repeats",
+             "phone, sms, email, im, pagerduty, webhook, ticket"})) {
       const std::string cpath = Member(path, "channels");
       std::set<std::string> seen;
       for (const std::string& c : NonEmptyStrings(*channels, cpath)) {
@@ -315,12 +445,18 @@ class ConfigParser {
         step.channels.push_back(c);
       }
     }
-    if (auto it = s.find("wait_minutes"); it != s.end()) {
+    if (const json* it = Find(s, path, "wait_minutes", "number",
+                              ConfigSchema::Number(step.wait_seconds / kMinute),
+                              {"Minutes between this step's pages, and after its last "
+                               "page before the next step; > 0 when repeat > 1",
+                               ">= 0"})) {
       if (auto m = checker_.Number(*it, Member(path, "wait_minutes"), 0)) {
         step.wait_seconds = *m * kMinute;
       }
     }
-    if (auto it = s.find("repeat"); it != s.end()) {
+    if (const json* it = Find(s, path, "repeat", "integer", step.repeat,
+                              {"Pages sent by this step before the next step",
+                               "[1, 100]"})) {
       if (auto r = checker_.Integer(*it, Member(path, "repeat"), 1, 100)) {
         step.repeat = static_cast<int>(*r);
       }
@@ -373,17 +509,24 @@ class ConfigParser {
   void Interlocks(const json& v) {
     const std::string path = "interlocks";
     if (!checker_.Object(v, path)) return;
-    checker_.CheckKeys(
-        v, path,
-        {"dry_run", "approval_severities", "max_cordons", "max_pauses",
-         "window_minutes", "max_job_node_percent"});
+    CheckKeys(v, path,
+              {"dry_run", "approval_severities", "max_cordons", "max_pauses",
+               "window_minutes", "max_job_node_percent"});
     InterlockConfig& out = config_->interlocks;
-    if (auto it = v.find("dry_run"); it != v.end()) {
+    if (const json* it = Find(v, path, "dry_run", "bool", out.dry_run,
+                              "Decide and record actions, run none")) {
       if (auto b = checker_.Bool(*it, Member(path, "dry_run"))) {
         out.dry_run = *b;
       }
     }
-    if (auto it = v.find("approval_severities"); it != v.end()) {
+    json approval = json::array();
+    for (Severity severity : out.approval_severities)
+      approval.push_back(std::string(SeverityName(severity)));
+    if (const json* it = Find(v, path, "approval_severities", "string list",
+                              std::move(approval),
+                              {"Severities whose automatic actions wait for an "
+                               "operator's approval (vigilctl approve)",
+                               "P0, P1, P2, P3"})) {
       const std::string apath = Member(path, "approval_severities");
       if (checker_.Array(*it, apath)) {
         out.approval_severities.clear();
@@ -400,16 +543,28 @@ class ConfigParser {
         }
       }
     }
-    for (auto [key, field] :
-         {std::pair<const char*, int*>{"max_cordons", &out.max_cordons},
-          {"max_pauses", &out.max_pauses}}) {
-      if (auto it = v.find(key); it != v.end()) {
-        if (auto n = checker_.Integer(*it, Member(path, key), 1, 100000)) {
-          *field = static_cast<int>(*n);
+    struct Limit {
+      const char* key;
+      int* field;
+      const char* meaning;
+    };
+    for (const Limit& limit :
+         {Limit{"max_cordons", &out.max_cordons,
+                "Circuit breaker: most node cordons per window; past it actions stop and "
+                "a P1 remediation_halted incident pages"},
+          Limit{"max_pauses", &out.max_pauses,
+                "Circuit breaker: most job pauses per window"}}) {
+      if (const json* it = Find(v, path, limit.key, "integer", *limit.field,
+                                {limit.meaning, "[1, 100000]"})) {
+        if (auto n = checker_.Integer(*it, Member(path, limit.key), 1, 100000)) {
+          *limit.field = static_cast<int>(*n);
         }
       }
     }
-    if (auto it = v.find("window_minutes"); it != v.end()) {
+    if (const json* it = Find(v, path, "window_minutes", "number",
+                              ConfigSchema::Number(out.window_seconds / kMinute),
+                              {"Sliding window of the circuit breaker, in minutes",
+                               "> 0"})) {
       if (auto m = checker_.Number(*it, Member(path, "window_minutes"), 0)) {
         if (*m == 0) {
           checker_.Error(Member(path, "window_minutes"), "must be positive");
@@ -417,7 +572,11 @@ class ConfigParser {
         out.window_seconds = *m * kMinute;
       }
     }
-    if (auto it = v.find("max_job_node_percent"); it != v.end()) {
+    if (const json* it = Find(v, path, "max_job_node_percent", "number",
+                              ConfigSchema::Number(out.max_job_node_percent),
+                              {"Most share of one job's nodes that may be cordoned, in "
+                               "percent (one node of any job always may)",
+                               "(0, 100]"})) {
       const std::string ppath = Member(path, "max_job_node_percent");
       if (auto p = checker_.Number(*it, ppath, 0)) {
         if (*p == 0 || *p > 100) {
@@ -429,6 +588,8 @@ class ConfigParser {
   }
 
   EscalationConfig* config_;
+  ConfigSchema* const schema_;  // null unless documenting
+  const std::string prefix_;
   JsonChecker checker_;
   std::set<std::string> user_names_;
   std::set<std::string> schedule_names_;
@@ -454,8 +615,13 @@ EscalationConfig DefaultEscalationConfig() {
 
 absl::StatusOr<EscalationConfig> ParseEscalationConfig(
     const nlohmann::json& section) {
+  return ParseEscalationConfig(section, nullptr, "");
+}
+
+absl::StatusOr<EscalationConfig> ParseEscalationConfig(
+    const nlohmann::json& section, ConfigSchema* schema, std::string_view path) {
   EscalationConfig config = DefaultEscalationConfig();
-  ConfigParser parser(&config);
+  ConfigParser parser(&config, schema, path);
   if (absl::Status s = parser.Parse(section); !s.ok()) return s;
   return config;
 }

@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/config_schema.h"
 #include "nlohmann/json.hpp"
 #include "rules/incident.h"
 
@@ -140,6 +141,11 @@ EscalationConfig DefaultEscalationConfig();
 // schedules.
 absl::StatusOr<EscalationConfig> ParseEscalationConfig(
     const nlohmann::json& section);
+// As above; with `schema` (not owned) also documents every key it asks
+// for, prefixed with `path` ("escalation"), and walks into absent sections
+// (describe mode, common/config_schema.h).
+absl::StatusOr<EscalationConfig> ParseEscalationConfig(
+    const nlohmann::json& section, ConfigSchema* schema, std::string_view path);
 
 // Incident lifecycle as operators see it (the engine only knows firing /
 // resolved).

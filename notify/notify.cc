@@ -234,6 +234,17 @@ absl::Status ValidateReceiver(const ReceiverConfig& receiver) {
   return absl::OkStatus();
 }
 
+std::vector<std::pair<std::string, std::vector<std::string>>> ReceiverTypeSettings() {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (const ChannelSpec& channel : Channels()) {
+    std::vector<std::string> settings;
+    for (const SettingSpec& spec : channel.settings)
+      settings.push_back(absl::StrCat(std::string(spec.key), spec.required ? "" : "?"));
+    out.emplace_back(std::string(channel.type), std::move(settings));
+  }
+  return out;
+}
+
 int EffectiveRatePerMinute(const ReceiverConfig& receiver) {
   if (receiver.rate_per_minute > 0) return receiver.rate_per_minute;
   const ChannelSpec* channel = FindChannel(receiver.type);

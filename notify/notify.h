@@ -54,6 +54,10 @@ struct ReceiverConfig {
 // missing or bad setting ("settings.url: required").
 absl::Status ValidateReceiver(const ReceiverConfig& receiver);
 
+// Every receiver type with its settings, in the order of the table above;
+// an optional setting ends in '?' ("secret?"). For the config reference.
+std::vector<std::pair<std::string, std::vector<std::string>>> ReceiverTypeSettings();
+
 // The most sends per minute `receiver` allows: its rate_per_minute, or its
 // type's default when that is 0. 0 means unlimited (also for unknown types).
 int EffectiveRatePerMinute(const ReceiverConfig& receiver);

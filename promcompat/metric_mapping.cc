@@ -38,10 +38,11 @@ std::string_view LabelOf(
 
 // Reads {"to": "from", ...} into pairs.
 void ReadLabelMap(const Json& obj, const std::string& path, const char* key,
-                  JsonConfigReader& reader,
+                  JsonConfigReader& reader, KeyDoc doc,
                   std::vector<std::pair<std::string, std::string>>* out) {
-  auto it = obj.find(key);
-  if (it == obj.end()) return;
+  const Json* it = reader.Value(obj, path, key, "map of label to string",
+                                Json::object(), doc);
+  if (it == nullptr) return;
   const std::string where = JsonConfigReader::Join(path, key);
   if (!it->is_object()) {
     reader.Error(where, "must be an object of label names to strings");
@@ -132,10 +133,26 @@ const std::vector<std::string>& MappingKeys() {
 
 void ParseMappingKeys(const Json& section, const std::string& path,
                       JsonConfigReader& reader, MappingOptions* out) {
-  reader.StringList(section, path, "node_labels", &out->node_labels);
-  reader.Bool(section, path, "use_default_metrics", &out->use_default_metrics);
-  reader.StringList(section, path, "passthrough", &out->passthrough);
-  if (auto it = section.find("job_labels"); it != section.end()) {
+  reader.StringList(section, path, "node_labels", &out->node_labels,
+                    "Labels naming a series' node, first present wins (\"instance\" "
+                    "loses its :port)");
+  reader.Bool(section, path, "use_default_metrics", &out->use_default_metrics,
+              "Start from the built-in rules for dcgm-exporter and node_exporter "
+              "(docs/PROMETHEUS.md); false: only the configured metrics");
+  reader.StringList(section, path, "passthrough", &out->passthrough,
+                    {"An unmapped metric whose name matches one in full is kept under "
+                     "its own name and labels (less node and job); empty: unmapped "
+                     "metrics are dropped",
+                     "ECMAScript regexes"});
+  Json job_labels = Json::array();
+  for (const JobLabelRule& rule : out->job_labels) {
+    job_labels.push_back({{"label", rule.label}});
+    if (!rule.regex.empty()) job_labels.back()["regex"] = rule.regex;
+  }
+  if (const Json* it = reader.ObjectArray(
+          section, path, "job_labels", std::move(job_labels),
+          "Where a series' job comes from: the first rule whose label the series "
+          "carries (and whose regex matches); none: the idle job")) {
     const std::string where = JsonConfigReader::Join(path, "job_labels");
     if (!it->is_array()) {
       reader.Error(where, "must be an array of {\"label\", \"regex\"}");
@@ -146,14 +163,21 @@ void ParseMappingKeys(const Json& section, const std::string& path,
         const std::string at = absl::StrCat(where, "[", i, "]");
         if (!reader.CheckObject(entry, at, {"label", "regex"})) continue;
         JobLabelRule rule;
-        reader.String(entry, at, "label", &rule.label);
-        reader.String(entry, at, "regex", &rule.regex);
+        reader.String(entry, at, "label", &rule.label,
+                      KeyDoc::Required("The label to read"));
+        reader.String(entry, at, "regex", &rule.regex,
+                      {"When set, the job is its first capture group, if it matches "
+                       "the whole value; empty: the whole value",
+                       "ECMAScript regex with a capture group"});
         if (rule.label.empty()) reader.Error(JsonConfigReader::Join(at, "label"), "required");
         out->job_labels.push_back(std::move(rule));
       }
     }
   }
-  if (auto it = section.find("metrics"); it != section.end()) {
+  if (const Json* it = reader.ObjectArray(
+          section, path, "metrics", Json::array(),
+          "Mapping rules added to the built-in ones; a rule replaces a built-in rule "
+          "with the same from")) {
     const std::string where = JsonConfigReader::Join(path, "metrics");
     if (!it->is_array()) {
       reader.Error(where, "must be an array of rules");
@@ -166,18 +190,34 @@ void ParseMappingKeys(const Json& section, const std::string& path,
                                             "changes_counter"}))
           continue;
         MetricRule rule;
-        reader.String(entry, at, "from", &rule.from);
-        reader.String(entry, at, "to", &rule.to);
-        if (auto s = entry.find("scale"); s != entry.end()) {
+        reader.String(entry, at, "from", &rule.from,
+                      KeyDoc::Required("The Prometheus metric name, exact"));
+        reader.String(entry, at, "to", &rule.to,
+                      KeyDoc::Required("The Vigil metric it becomes (the catalogue's "
+                                       "name and unit)"));
+        if (const Json* s = reader.Value(entry, at, "scale", "number",
+                                         ConfigSchema::Number(rule.scale),
+                                         {"Factor applied to every sample (MiB to bytes: "
+                                          "1048576, percent to ratio: 0.01)",
+                                          "finite, not 0"})) {
           if (!s->is_number() || !std::isfinite(s->get<double>()) || s->get<double>() == 0) {
             reader.Error(JsonConfigReader::Join(at, "scale"), "must be a non-zero number");
           } else {
             rule.scale = s->get<double>();
           }
         }
-        ReadLabelMap(entry, at, "labels", reader, &rule.labels);
-        ReadLabelMap(entry, at, "set_labels", reader, &rule.set_labels);
-        reader.String(entry, at, "changes_counter", &rule.changes_counter);
+        ReadLabelMap(entry, at, "labels", reader,
+                     "Vigil label -> the Prometheus label it is copied from "
+                     "({\"gpu\": \"gpu\"}); every other label is dropped",
+                     &rule.labels);
+        ReadLabelMap(entry, at, "set_labels", reader,
+                     "Labels given a fixed value ({\"dir\": \"rx\"}), where two source "
+                     "metrics land on one Vigil metric",
+                     &rule.set_labels);
+        reader.String(entry, at, "changes_counter", &rule.changes_counter,
+                      "When set, also a counter of this name counting the changes of "
+                      "the value to a non-zero value (DCGM's last XID -> an XID count); "
+                      "empty: none");
         if (rule.from.empty()) reader.Error(JsonConfigReader::Join(at, "from"), "required");
         if (rule.to.empty()) reader.Error(JsonConfigReader::Join(at, "to"), "required");
         out->metrics.push_back(std::move(rule));

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/series_key.h"
 #include "promcompat/metric_mapping.h"
@@ -54,6 +55,14 @@ std::string LabelOf(const Json& labels, const std::vector<std::string>& names) {
   return "";
 }
 
+// Every response name (rules/incident.h; kLog is the last), comma-separated.
+std::string ResponseNames() {
+  std::vector<std::string> names;
+  for (int i = 0; i <= static_cast<int>(Response::kLog); ++i)
+    names.push_back(std::string(ResponseName(static_cast<Response>(i))));
+  return absl::StrJoin(names, ", ");
+}
+
 }  // namespace
 
 void ParseAlertmanagerSection(const Json& section, JsonConfigReader& r,
@@ -63,57 +72,95 @@ void ParseAlertmanagerSection(const Json& section, JsonConfigReader& r,
                       "timeout_seconds", "intake"}))
     return;
   AlertmanagerOptions o = *out;
-  r.StringList(section, kPath, "forward_urls", &o.forward_urls);
+  r.StringList(section, kPath, "forward_urls", &o.forward_urls,
+               {"Alertmanagers that get Vigil's incidents as alerts (POST "
+                "/api/v2/alerts); empty: none",
+                "http:// or https:// URLs"});
   for (const std::string& url : o.forward_urls) {
     if (!absl::StartsWith(url, "http://") && !absl::StartsWith(url, "https://"))
       r.Error(absl::StrCat(kPath, ".forward_urls"),
               absl::StrCat("\"", url, "\" must start with http:// or https://"));
   }
-  r.Positive(section, kPath, "resolve_timeout_seconds", 1, 86400, &o.resolve_timeout_seconds);
-  r.Positive(section, kPath, "check_seconds", 1, 3600, &o.check_seconds);
-  r.Positive(section, kPath, "timeout_seconds", 1, 600, &o.timeout_seconds);
+  r.Positive(section, kPath, "resolve_timeout_seconds", 1, 86400, &o.resolve_timeout_seconds,
+             "Alertmanager's resolve_timeout, in seconds: a firing alert is re-sent every "
+             "half of it and says it ends that long after each send");
+  r.Positive(section, kPath, "check_seconds", 1, 3600, &o.check_seconds,
+             "Seconds between looks for new and resolved incidents to send");
+  r.Positive(section, kPath, "timeout_seconds", 1, 600, &o.timeout_seconds,
+             "Seconds one request to an Alertmanager may take");
   std::string min = std::string(SeverityName(o.min_severity));
-  r.String(section, kPath, "min_severity", &min);
+  r.String(section, kPath, "min_severity", &min,
+           {"Incidents of this severity or higher are forwarded", "P0, P1, P2, P3"});
   if (std::optional<Severity> s = ParseSeverity(min)) {
     o.min_severity = *s;
   } else {
     r.Error(absl::StrCat(kPath, ".min_severity"), "must be P0, P1, P2 or P3");
   }
-  if (auto it = section.find("intake"); it != section.end()) {
+  if (const Json* it = r.Object(section, kPath, "intake",
+                               "Alerts of Prometheus rules in, as incidents (POST "
+                               "/api/v1/alerts and /api/v2/alerts); present (even {}): on "
+                               "unless enabled is false");
+      it != nullptr) {
     const std::string path = absl::StrCat(kPath, ".intake");
     if (r.CheckObject(*it, path,
                       {"enabled", "default_severity", "node_labels", "job_labels", "rules"})) {
       o.intake = true;
-      r.Bool(*it, path, "enabled", &o.intake);
+      r.Bool(*it, path, "enabled", &o.intake,
+             "Take alerts in; the section's presence already turns intake on");
       std::string def = std::string(SeverityName(o.default_severity));
-      r.String(*it, path, "default_severity", &def);
+      r.String(*it, path, "default_severity", &def,
+               {"Severity of an alert whose rule sets none and whose severity label is "
+                "not understood (critical -> P1, warning -> P2, info -> P3, P0-P3 as "
+                "they are)",
+                "P0, P1, P2, P3"});
       if (std::optional<Severity> s = ParseSeverity(def)) {
         o.default_severity = *s;
       } else {
         r.Error(absl::StrCat(path, ".default_severity"), "must be P0, P1, P2 or P3");
       }
-      r.StringList(*it, path, "node_labels", &o.node_labels);
-      r.StringList(*it, path, "job_labels", &o.job_labels);
-      if (auto rules = it->find("rules"); rules != it->end()) {
+      r.StringList(*it, path, "node_labels", &o.node_labels,
+                   "Labels naming an alert's node, first present wins (\"instance\" "
+                   "loses its :port)");
+      r.StringList(*it, path, "job_labels", &o.job_labels,
+                   "Labels naming an alert's job, first present wins; none: job "
+                   "\"cluster\"");
+      if (const Json* rules = r.ObjectArray(*it, path, "rules", Json::array(),
+                                            "How alerts of given alertnames become "
+                                            "incidents; other alerts only page "
+                                            "(notify_sre)");
+          rules != nullptr) {
         if (!rules->is_array()) {
           r.Error(absl::StrCat(path, ".rules"), "must be an array");
         } else {
           o.rules.clear();
+          const std::string response_names = ResponseNames();
           for (size_t i = 0; i < rules->size(); ++i) {
             const Json& entry = (*rules)[i];
             const std::string at = absl::StrCat(path, ".rules[", i, "]");
             if (!r.CheckObject(entry, at, {"alertname", "severity", "responses", "allow_actions"}))
               continue;
             AlertIntakeRule rule;
-            r.String(entry, at, "alertname", &rule.alertname);
-            r.String(entry, at, "severity", &rule.severity);
-            r.Bool(entry, at, "allow_actions", &rule.allow_actions);
+            r.String(entry, at, "alertname", &rule.alertname,
+                     KeyDoc::Required("The alertname the rule applies to"));
+            r.String(entry, at, "severity", &rule.severity,
+                     {"Severity of its incidents; empty: from the alert's severity "
+                      "label",
+                      "P0, P1, P2, P3"});
+            r.Bool(entry, at, "allow_actions", &rule.allow_actions,
+                   "Let responses include automatic actions; without it a rule listing "
+                   "one stops the server at start");
             if (rule.alertname.empty()) r.Error(at + ".alertname", "required");
             if (!rule.severity.empty() && !ParseSeverity(rule.severity))
               r.Error(at + ".severity", "must be P0, P1, P2 or P3");
             std::vector<std::string> names;
-            r.StringList(entry, at, "responses", &names);
-            if (entry.contains("responses")) rule.responses.clear();
+            for (Response response : rule.responses)
+              names.push_back(std::string(ResponseName(response)));
+            r.StringList(entry, at, "responses", &names,
+                         {"What its incidents do; actions (cordon_node, pause_job, "
+                          "checkpoint_then_pause_job) need allow_actions and still pass "
+                          "the action gate",
+                          response_names.c_str()});
+            rule.responses.clear();
             for (const std::string& name : names) {
               std::optional<Response> response = ParseResponse(name);
               if (!response) {

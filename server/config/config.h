@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "detector/options.h"
 #include "escalation/escalation.h"
+#include "nlohmann/json.hpp"
 #include "notify/notify.h"
 #include "rules/rule.h"
 #include "server/config/auth.h"
@@ -28,7 +29,9 @@ namespace vigil {
 
 // Everything vigil-server can be configured with. Plain data; copyable.
 //
-// JSON config file form (every key optional, unknown keys are errors):
+// JSON config file form (every key optional, unknown keys are errors; every
+// key with its type, default, range and meaning: docs/CONFIG.md, generated
+// from the parser by ServerConfigReference):
 //   {"data_dir": "...", "grpc_listen": "H:P", "http_listen": "H:P",
 //    "memory": false, "web_dir": "...",
 //    "grpc_tls": {"cert_file": "/etc/vigil/tls/server.crt",
@@ -303,6 +306,13 @@ struct ServerOptions {
 // with its key path (e.g. "storage.block_samples: must be an integer >= 1");
 // `*options` is then left unchanged.
 absl::Status ParseServerConfig(std::string_view text, ServerOptions* options);
+
+// Every key of the config file, for `vigil-server --config-reference` and
+// docs/CONFIG.md: {"program": "vigil-server", "keys": [{"path", "type",
+// "range", "default", "meaning"}, ...]} (common/config_schema.h), defaults
+// as ServerOptions has them. kInternal naming the keys the parser accepts
+// without documenting them.
+absl::StatusOr<nlohmann::json> ServerConfigReference();
 
 // Reads the file at `path` and applies it as ParseServerConfig does.
 // kNotFound if it cannot be read; errors are prefixed with the path.

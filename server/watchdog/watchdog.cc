@@ -72,9 +72,13 @@ void ReadHeader(const std::string& name, const Json& j, JsonConfigReader& r,
                    "must be a string, {\"file\": PATH} or {\"env\": NAME}");
   }
   if (!r.CheckObject(j, path, {"file", "env", "prefix"})) return;
-  r.String(j, path, "file", &out->file);
-  r.String(j, path, "env", &out->env);
-  r.String(j, path, "prefix", &out->prefix);
+  r.String(j, path, "file", &out->file,
+           "File holding the header's secret (trailing whitespace dropped), read once "
+           "at start; exactly one of file and env");
+  r.String(j, path, "env", &out->env,
+           "Environment variable holding the header's secret, read once at start");
+  r.String(j, path, "prefix", &out->prefix,
+           "Text put before the secret (\"GenieKey \", \"Bearer \")");
   if (out->file.empty() == out->env.empty())
     r.Error(path, "needs exactly one of \"file\" and \"env\"");
   if (!IsHeaderValue(out->prefix))
@@ -126,12 +130,26 @@ void ReadWatchdogConfig(const nlohmann::json& section, JsonConfigReader& r,
                       "instance", "interval_seconds", "timeout_seconds"}))
     return;
   WatchdogConfig c = *out;
-  r.String(section, kPath, "heartbeat_url", &c.heartbeat_url);
-  r.String(section, kPath, "alertmanager_url", &c.alertmanager_url);
-  r.String(section, kPath, "instance", &c.instance);
-  r.String(section, kPath, "method", &c.method);
-  r.Positive(section, kPath, "interval_seconds", 1, 86400, &c.interval_seconds);
-  r.Positive(section, kPath, "timeout_seconds", 1, 3600, &c.timeout_seconds);
+  r.String(section, kPath, "heartbeat_url", &c.heartbeat_url,
+           {"Pinged every interval while the server works (healthchecks.io, an "
+            "Opsgenie heartbeat, ...); any 2xx counts. Empty: none; the section needs "
+            "this, alertmanager_url or both",
+            "http:// or https:// URL"});
+  r.String(section, kPath, "alertmanager_url", &c.alertmanager_url,
+           {"Alertmanager's base URL: every beat posts an always-firing Watchdog alert "
+            "to <url>/api/v2/alerts that lapses 3 intervals after the last. Empty: "
+            "none",
+            "http:// or https:// URL"});
+  r.String(section, kPath, "instance", &c.instance,
+           "The alert's instance label and the POST body's name of this server; "
+           "empty: the host name");
+  r.String(section, kPath, "method", &c.method,
+           {"Method of the heartbeat request; POST sends a one-line text body",
+            "\"GET\", \"POST\" (any case)"});
+  r.Positive(section, kPath, "interval_seconds", 1, 86400, &c.interval_seconds,
+             "Seconds between heartbeats");
+  r.Positive(section, kPath, "timeout_seconds", 1, 3600, &c.timeout_seconds,
+             "Seconds one send may take; at most interval_seconds");
   c.method = absl::AsciiStrToUpper(c.method);
   if (c.method != "GET" && c.method != "POST")
     r.Error(absl::StrCat(kPath, ".method"), "must be \"GET\" or \"POST\"");
@@ -147,7 +165,13 @@ void ReadWatchdogConfig(const nlohmann::json& section, JsonConfigReader& r,
     r.Error(absl::StrCat(kPath, ".timeout_seconds"),
             absl::StrCat("must not exceed interval_seconds (",
                          c.interval_seconds, ")"));
-  if (auto it = section.find("headers"); it != section.end()) {
+  if (const Json* it = r.ObjectMap(
+          section, kPath, "headers", "name",
+          {"Extra headers of the heartbeat request (never sent to Alertmanager): "
+           "name -> a string, or {\"file\"|\"env\", \"prefix\"} for a secret; a "
+           "missing file or variable stops the server at start",
+           "HTTP header names"});
+      it != nullptr) {
     c.headers.clear();
     if (!it->is_object()) {
       r.Error(absl::StrCat(kPath, ".headers"),

@@ -2,6 +2,7 @@
 #include "agent/agent_config.h"
 
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -182,6 +183,29 @@ TEST(AgentConfigTest, Validate) {
     EXPECT_EQ(ValidateAgentConfig(c).code(), absl::StatusCode::kInvalidArgument)
         << tc.name;
   }
+}
+
+TEST(AgentConfigTest, ReferenceHasEveryKeyWithTheConfigsDefaults) {
+  absl::StatusOr<nlohmann::json> reference = AgentConfigReference();
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  EXPECT_EQ((*reference)["program"], "vigil-agent");
+  std::map<std::string, nlohmann::json> keys;
+  for (const nlohmann::json& key : (*reference)["keys"]) keys[key["path"]] = key;
+  const AgentConfig c;
+  for (const char* path :
+       {"server", "transport.token_file", "collectors.nvml.library", "collectors.infiniband",
+        "collectors.exporter.metrics[].scale", "collectors.training.verify_jobs"}) {
+    ASSERT_TRUE(keys.count(path)) << path;
+    EXPECT_FALSE(keys[path]["meaning"].get<std::string>().empty()) << path;
+  }
+  EXPECT_EQ(keys["interval_seconds"]["default"], c.interval_seconds);
+  EXPECT_EQ(keys["spool_max_mb"]["default"], 256);
+  EXPECT_EQ(keys["spool_max_mb"]["range"], "[1, 1048576]");
+  EXPECT_EQ(keys["collectors.nvml.library"]["default"], c.nvml.library);
+  EXPECT_EQ(keys["collectors.exporter.enabled"]["default"], false);
+  EXPECT_EQ(keys["collectors.training.enabled"]["default"], true);
+  EXPECT_EQ(keys["collectors.exporter.timeout_seconds"]["default"], 0.5);
+  EXPECT_EQ(keys["collectors.training.verify_jobs"]["range"], "\"scheduler\", \"off\"");
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include <map>
 #include <string>
 
 #include "absl/strings/str_split.h"
@@ -338,6 +339,31 @@ TEST(ParseEscalationConfigTest, ReportsEveryErrorOnItsOwnLine) {
           HasSubstr("policies.P0.steps[0].channels: unknown channel \"fax\""),
           HasSubstr("policies.P1.ack_timeout_minutes: must be at least 0"),
           HasSubstr("interlocks.max_pauses: must be an integer")));
+}
+
+TEST(ParseEscalationConfigTest, DocumentsEveryKeyWithItsDefault) {
+  ConfigSchema schema;
+  ParseEscalationConfig(json::object(), &schema, "escalation").IgnoreError();
+  EXPECT_TRUE(schema.CheckComplete().ok()) << schema.CheckComplete();
+  std::map<std::string, ConfigKey> keys;
+  for (const ConfigKey& key : schema.keys()) keys[key.path] = key;
+  ASSERT_TRUE(keys.count("escalation.policies"));
+  const json& policies = keys["escalation.policies"].default_value;
+  EXPECT_EQ(policies["P1"]["steps"][1]["channels"], json::array({"phone", "im"}));
+  EXPECT_EQ(policies["P1"]["steps"][1]["wait_minutes"], 15);
+  EXPECT_EQ(policies["P2"]["steps"][0]["wait_minutes"], 0);
+  EXPECT_EQ(keys["escalation.policies.<severity>.ack_timeout_minutes"].default_value, 60);
+  EXPECT_EQ(keys["escalation.policies.<severity>.steps[].repeat"].range, "[1, 100]");
+  EXPECT_EQ(keys["escalation.schedules[].layers[].rotation"].default_value, "weekly");
+  EXPECT_EQ(keys["escalation.interlocks.window_minutes"].default_value, 60);
+  EXPECT_EQ(keys["escalation.interlocks.max_cordons"].default_value, 3);
+  EXPECT_TRUE(keys["escalation.schedules[].layers[].start"].default_value.is_null());
+  EXPECT_TRUE(keys["escalation.schedules[].layers[].start"].required);
+  EXPECT_TRUE(keys["escalation.schedules[].layers"].required);
+  EXPECT_FALSE(keys["escalation.schedules[].overrides"].required);
+  for (const ConfigKey& key : schema.keys()) {
+    EXPECT_TRUE(key.path.starts_with("escalation")) << key.path;
+  }
 }
 
 }  // namespace
