@@ -11,8 +11,7 @@
 //
 // A simulated node (--simulate[=SCENARIO]) streams the simulator's frames
 // instead, optionally with a fault scenario. Flags override the config file
-// (agent/agent_config.h; the example deploy/systemd/agent.json lists every
-// key). The flags are Abseil flags below, parsed by common/flags.h (--help,
+// (agent/agent_config.h; every key: docs/CONFIG.md or --config-reference). The flags are Abseil flags below, parsed by common/flags.h (--help,
 // --version, exit 2 on a bad flag; docs/CLI.md): "--name value" or
 // "--name=value"; the switches --insecure and --once take none, and
 // --simulate takes a value only as --simulate=SCENARIO (bare --simulate
@@ -60,8 +59,11 @@
 
 // Flags that mirror a config key override it only when given; their
 // defaults are the config's.
-ABSL_FLAG(std::string, config, "", "FILE: agent config (agent/agent_config.h; every key: "
-          "deploy/systemd/agent.json)");
+ABSL_FLAG(std::string, config, "", "FILE: agent config (every key: docs/CONFIG.md; an "
+          "example: deploy/systemd/agent.json)");
+ABSL_FLAG(bool, config_reference, false,
+          "print every key of the JSON config (type, default, range, meaning) as JSON and "
+          "exit; docs/CONFIG.md is made from it");
 ABSL_FLAG(std::string, server, "", "HOST:PORT: vigil-server's gRPC ingest address");
 ABSL_FLAG(std::string, node, "", "NAME: this node's name (default: the host name up to its "
           "first dot)");
@@ -316,6 +318,15 @@ int main(int argc, char** argv) {
   sigset_t stop_signals = StopSignals();
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const vigil::flags::Parsed flags = vigil::flags::ParseOrExit(AgentProgram(), argc, argv);
+  if (absl::GetFlag(FLAGS_config_reference)) {
+    absl::StatusOr<nlohmann::json> reference = vigil::agent::AgentConfigReference();
+    if (!reference.ok()) {
+      std::fprintf(stderr, "vigil-agent: %s\n", std::string(reference.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s\n", reference->dump(2).c_str());
+    return 0;
+  }
   vigil::agent::AgentConfig config;
   if (flags.Given("config")) {
     if (absl::Status s = vigil::agent::LoadAgentConfigFile(absl::GetFlag(FLAGS_config), &config);

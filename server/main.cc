@@ -26,7 +26,11 @@
 #include "server/server.h"
 
 // Each flag overrides its config key only when given.
-ABSL_FLAG(std::string, config, "", "FILE: JSON config (server/config/config.h); flags override it");
+ABSL_FLAG(std::string, config, "",
+          "FILE: JSON config (every key: docs/CONFIG.md); flags override it");
+ABSL_FLAG(bool, config_reference, false,
+          "print every key of the JSON config (type, default, range, meaning) as JSON and "
+          "exit; docs/CONFIG.md is made from it");
 ABSL_FLAG(std::string, data_dir, "", "DIR: directory of the store (required unless --memory)");
 ABSL_FLAG(std::string, grpc_listen, vigil::ServerOptions().grpc_listen,
           "HOST:PORT: where agents stream frames (gRPC); port 0 picks a free port");
@@ -78,6 +82,15 @@ int main(int argc, char** argv) {
   // streams, for a check our lock order comments and tests already make.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const vigil::flags::Parsed flags = vigil::flags::ParseOrExit(ServerProgram(), argc, argv);
+  if (absl::GetFlag(FLAGS_config_reference)) {
+    absl::StatusOr<nlohmann::json> reference = vigil::ServerConfigReference();
+    if (!reference.ok()) {
+      std::fprintf(stderr, "vigil-server: %s\n", std::string(reference.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s\n", reference->dump(2).c_str());
+    return 0;
+  }
   vigil::ServerOptions options;
   options.web_dir = VIGIL_SOURCE_DIR "/web";
   if (flags.Given("config")) {
