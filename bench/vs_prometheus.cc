@@ -47,8 +47,8 @@ using vigil::bench::Steady;
 struct Args {
   std::string server_bin = "build/server/vigil-server";
   std::string prometheus_bin = "/usr/bin/prometheus";
-  int nodes = 16;
-  int frames = 900;  // 15 min at 1 Hz: Prometheus compacts 5-min blocks
+  int nodes = 8;
+  int frames = 1800;  // 30 min at 1 Hz: Prometheus compacts 5-min blocks
   int batch_frames = 1;
   bool noisy = false;  // bench/noisy_data.h
   int grpc_port = 17170;

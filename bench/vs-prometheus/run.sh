@@ -3,7 +3,8 @@
 # several runs of each part, medians printed. bench/vs_prometheus.cc and
 # bench/alert_latency.cc say what is measured; bench/RESULTS.md has results.
 # Usage: bench/vs-prometheus/run.sh [BUILD_DIR] [RUNS] [NODES] [FRAMES] [PARTS]
-#   defaults: build 3 16 900 ingest,noisy,latency
+#   defaults: build 3 8 1800 ingest,noisy,latency (8 nodes x 8 GPUs, 30 min at 1 Hz:
+#   most samples are in closed blocks by the end)
 #   ingest:  CPU, bytes and memory per sample at 1 and 60 node-ticks per request
 #   noisy:   the same at 1 node-tick per request on noisier samples, with
 #            their entropy (bench/noisy_data.h)
@@ -12,8 +13,8 @@
 set -euo pipefail
 build=${1:-build}
 runs=${2:-3}
-nodes=${3:-16}
-frames=${4:-900}
+nodes=${3:-8}
+frames=${4:-1800}
 parts=${5:-ingest,noisy,latency}
 prometheus=$(command -v prometheus || true)
 alertmanager=$(command -v prometheus-alertmanager || command -v alertmanager || true)
