@@ -117,7 +117,7 @@ def known_config_keys():
         "server.json": string_list(source("server/config/config.cc"),
                                    r'CheckObject\(root,\s*"",'),
         "agent.json": string_list(source("agent/agent_config.cc"),
-                                  r'CheckObject\(\*doc,\s*"",'),
+                                  r'CheckObject\(doc,\s*"",'),
     }
 
 
