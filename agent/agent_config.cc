@@ -85,20 +85,21 @@ void ParseCollectors(const Json& j, JsonConfigReader& r, AgentConfig* c) {
   }
   section("cpu", {}, &c->cpu.enabled, "Host CPU (iowait, busy) through /proc/stat");
   std::set<std::string> exporter_keys = {"urls", "timeout_seconds"};
-  for (const std::string& key : promcompat::MappingKeys()) exporter_keys.insert(key);
+  for (const std::string& key : promcompat::MappingKeys(promcompat::MappingScope::kSeriesOnly))
+    exporter_keys.insert(key);
   if (const Json* s = section("exporter", exporter_keys, &c->exporter.enabled,
                               "Prometheus exporters on the node (dcgm-exporter, "
                               "node_exporter) scraped every tick and mapped onto "
-                              "Vigil's series (docs/PROMETHEUS.md). The node and job "
-                              "are the agent's: node_labels and job_labels are "
-                              "accepted but unused")) {
+                              "Vigil's series (docs/PROMETHEUS.md), under the "
+                              "agent's own node and job")) {
     r.StringList(*s, "collectors.exporter", "urls", &c->exporter.urls,
                  {"Exporter pages to scrape; at least one when enabled",
                   "http://HOST:PORT[/path] URLs (path default /metrics)"});
     r.Positive(*s, "collectors.exporter", "timeout_seconds", 1, 60,
                &c->exporter.timeout_seconds,
                "Seconds one scrape may take, connect to last byte");
-    promcompat::ParseMappingKeys(*s, "collectors.exporter", r, &c->exporter.mapping);
+    promcompat::ParseMappingKeys(*s, "collectors.exporter", r, &c->exporter.mapping,
+                                 promcompat::MappingScope::kSeriesOnly);
     if (c->exporter.enabled && c->exporter.urls.empty())
       r.Error("collectors.exporter.urls", "at least one exporter URL is needed when enabled");
   }

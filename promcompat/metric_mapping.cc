@@ -125,17 +125,22 @@ const std::vector<MetricRule>& DefaultMetricRules() {
   return *rules;
 }
 
-const std::vector<std::string>& MappingKeys() {
-  static const auto* keys = new std::vector<std::string>{
+const std::vector<std::string>& MappingKeys(MappingScope scope) {
+  static const auto* with_identity = new std::vector<std::string>{
       "node_labels", "job_labels", "metrics", "use_default_metrics", "passthrough"};
-  return *keys;
+  static const auto* series_only =
+      new std::vector<std::string>{"metrics", "use_default_metrics", "passthrough"};
+  return scope == MappingScope::kWithIdentity ? *with_identity : *series_only;
 }
 
 void ParseMappingKeys(const Json& section, const std::string& path,
-                      JsonConfigReader& reader, MappingOptions* out) {
-  reader.StringList(section, path, "node_labels", &out->node_labels,
-                    "Labels naming a series' node, first present wins (\"instance\" "
-                    "loses its :port)");
+                      JsonConfigReader& reader, MappingOptions* out, MappingScope scope) {
+  const bool identity = scope == MappingScope::kWithIdentity;
+  if (identity) {
+    reader.StringList(section, path, "node_labels", &out->node_labels,
+                      "Labels naming a series' node, first present wins (\"instance\" "
+                      "loses its :port)");
+  }
   reader.Bool(section, path, "use_default_metrics", &out->use_default_metrics,
               "Start from the built-in rules for dcgm-exporter and node_exporter "
               "(docs/PROMETHEUS.md); false: only the configured metrics");
@@ -144,33 +149,35 @@ void ParseMappingKeys(const Json& section, const std::string& path,
                      "its own name and labels (less node and job); empty: unmapped "
                      "metrics are dropped",
                      "ECMAScript regexes"});
-  Json job_labels = Json::array();
-  for (const JobLabelRule& rule : out->job_labels) {
-    job_labels.push_back({{"label", rule.label}});
-    if (!rule.regex.empty()) job_labels.back()["regex"] = rule.regex;
-  }
-  if (const Json* it = reader.ObjectArray(
-          section, path, "job_labels", std::move(job_labels),
-          "Where a series' job comes from: the first rule whose label the series "
-          "carries (and whose regex matches); none: the idle job")) {
-    const std::string where = JsonConfigReader::Join(path, "job_labels");
-    if (!it->is_array()) {
-      reader.Error(where, "must be an array of {\"label\", \"regex\"}");
-    } else {
-      out->job_labels.clear();
-      for (size_t i = 0; i < it->size(); ++i) {
-        const Json& entry = (*it)[i];
-        const std::string at = absl::StrCat(where, "[", i, "]");
-        if (!reader.CheckObject(entry, at, {"label", "regex"})) continue;
-        JobLabelRule rule;
-        reader.String(entry, at, "label", &rule.label,
-                      KeyDoc::Required("The label to read"));
-        reader.String(entry, at, "regex", &rule.regex,
-                      {"When set, the job is its first capture group, if it matches "
-                       "the whole value; empty: the whole value",
-                       "ECMAScript regex with a capture group"});
-        if (rule.label.empty()) reader.Error(JsonConfigReader::Join(at, "label"), "required");
-        out->job_labels.push_back(std::move(rule));
+  if (identity) {
+    Json job_labels = Json::array();
+    for (const JobLabelRule& rule : out->job_labels) {
+      job_labels.push_back({{"label", rule.label}});
+      if (!rule.regex.empty()) job_labels.back()["regex"] = rule.regex;
+    }
+    if (const Json* it = reader.ObjectArray(
+            section, path, "job_labels", std::move(job_labels),
+            "Where a series' job comes from: the first rule whose label the series "
+            "carries (and whose regex matches); none: the idle job")) {
+      const std::string where = JsonConfigReader::Join(path, "job_labels");
+      if (!it->is_array()) {
+        reader.Error(where, "must be an array of {\"label\", \"regex\"}");
+      } else {
+        out->job_labels.clear();
+        for (size_t i = 0; i < it->size(); ++i) {
+          const Json& entry = (*it)[i];
+          const std::string at = absl::StrCat(where, "[", i, "]");
+          if (!reader.CheckObject(entry, at, {"label", "regex"})) continue;
+          JobLabelRule rule;
+          reader.String(entry, at, "label", &rule.label,
+                        KeyDoc::Required("The label to read"));
+          reader.String(entry, at, "regex", &rule.regex,
+                        {"When set, the job is its first capture group, if it matches "
+                         "the whole value; empty: the whole value",
+                         "ECMAScript regex with a capture group"});
+          if (rule.label.empty()) reader.Error(JsonConfigReader::Join(at, "label"), "required");
+          out->job_labels.push_back(std::move(rule));
+        }
       }
     }
   }

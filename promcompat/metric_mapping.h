@@ -79,17 +79,23 @@ std::string_view HostOfInstance(std::string_view instance);
 // metrics (listed in docs/PROMETHEUS.md).
 const std::vector<MetricRule>& DefaultMetricRules();
 
+// Which keys a mapping section has: all of them, or only those about
+// series, where the node and the job are known otherwise (the agent's
+// exporter collector maps its own node's pages, under its own job).
+enum class MappingScope { kWithIdentity, kSeriesOnly };
+
 // Reads a mapping section (`path` names it in errors, e.g.
 // "remote_write_receiver") into `*out`, recording every problem in
-// `reader`. Keys: node_labels, job_labels ([{"label", "regex"}]), metrics
-// ([{"from", "to", "scale", "labels": {to: from}, "set_labels": {..},
-// "changes_counter"}]: added to the defaults, replacing one with the same
-// "from"), use_default_metrics, passthrough. The caller checks the
-// section's keys (MappingKeys() lists these).
+// `reader`. Keys: node_labels and job_labels ([{"label", "regex"}]) with
+// kWithIdentity, metrics ([{"from", "to", "scale", "labels": {to: from},
+// "set_labels": {..}, "changes_counter"}]: added to the defaults, replacing
+// one with the same "from"), use_default_metrics, passthrough. The caller
+// checks the section's keys (MappingKeys(scope) lists these).
 void ParseMappingKeys(const nlohmann::json& section, const std::string& path,
-                      JsonConfigReader& reader, MappingOptions* out);
-// The keys ParseMappingKeys reads.
-const std::vector<std::string>& MappingKeys();
+                      JsonConfigReader& reader, MappingOptions* out,
+                      MappingScope scope = MappingScope::kWithIdentity);
+// The keys ParseMappingKeys reads in `scope`.
+const std::vector<std::string>& MappingKeys(MappingScope scope = MappingScope::kWithIdentity);
 
 // One source series, mapped.
 struct MappedSeries {

@@ -125,6 +125,13 @@ TEST(AgentConfigTest, ExporterCollectorKeys) {
                                     &bad);
   EXPECT_NE(s.message().find("collectors.exporter.colour"), std::string::npos) << s;
   EXPECT_NE(s.message().find("collectors.exporter.urls"), std::string::npos) << s;
+  // The node and the job are the agent's own: keys that would name them
+  // from labels are refused rather than ignored.
+  s = ParseAgentConfig(R"({"collectors": {"exporter": {"urls": ["http://127.0.0.1:9400"],
+      "node_labels": ["Hostname"], "job_labels": [{"label": "job_id"}]}}})",
+                       &bad);
+  EXPECT_NE(s.message().find("collectors.exporter.node_labels"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("collectors.exporter.job_labels"), std::string::npos) << s;
   EXPECT_TRUE(EnableOnlyCollectors("exporter,training", &c).ok());
   EXPECT_TRUE(c.exporter.enabled);
   EXPECT_FALSE(c.nvml.enabled);
