@@ -364,13 +364,17 @@ absl::Status VigilServer::Start() {
   am_options.public_url = escalation_options.notifications.public_url;
   std::unique_ptr<AlertForwarder> alert_forwarder;
   if (!am_options.forward_urls.empty()) {
+    AlertForwarder::Leads leads;
+    if (member != nullptr) leads = [m = member.get()] { return m->IsShardLeader(); };
     alert_forwarder = std::make_unique<AlertForwarder>(
-        am_options, transport_, clock_, [d = detection.get()] {
+        am_options, transport_, clock_,
+        [d = detection.get()] {
           IncidentFilter firing;
           firing.state = IncidentState::kFiring;
           firing.limit = 100'000;
           return d->ListIncidents(firing);
-        });
+        },
+        std::move(leads));
   }
   std::unique_ptr<AlertIntake> alert_intake;
   std::unique_ptr<PeriodicThread> alert_expiry;

@@ -212,8 +212,12 @@ Json IncidentAlert(const Json& incident, double ends_at, const std::string& publ
 // ---------------------------------------------------------------- forward
 
 AlertForwarder::AlertForwarder(const AlertmanagerOptions& options, Transport* transport,
-                               Clock* clock, FiringIncidents firing)
-    : options_(options), transport_(transport), clock_(clock), firing_(std::move(firing)) {}
+                               Clock* clock, FiringIncidents firing, Leads leads)
+    : options_(options),
+      transport_(transport),
+      clock_(clock),
+      firing_(std::move(firing)),
+      leads_(std::move(leads)) {}
 
 AlertForwarder::~AlertForwarder() { Stop(); }
 
@@ -254,6 +258,11 @@ bool AlertForwarder::Post(const Json& alerts) {
 
 void AlertForwarder::Round() {
   std::lock_guard<std::mutex> l(mu_);
+  if (leads_ != nullptr && !leads_()) {
+    sent_.clear();
+    ending_.clear();
+    return;
+  }
   const double now = clock_->Now();
   const double refresh = options_.resolve_timeout_seconds / 2;
   std::set<std::string> firing_ids;

@@ -104,9 +104,13 @@ class AlertForwarder {
  public:
   // Firing incidents, in the list form of rules/incident_json.h.
   using FiringIncidents = std::function<std::vector<nlohmann::json>()>;
+  // Whether this server forwards now: in cluster mode, only the leader of
+  // its shard's pair does (both members see the same incidents under
+  // different ids, and Alertmanager would hold both). Null: always.
+  using Leads = std::function<bool()>;
   // `transport` and `clock` are not owned and must outlive this.
   AlertForwarder(const AlertmanagerOptions& options, Transport* transport, Clock* clock,
-                 FiringIncidents firing);
+                 FiringIncidents firing, Leads leads = nullptr);
   ~AlertForwarder();
 
   // Starts the rounds (every check_seconds). Stop() ends them. Idempotent.
@@ -115,7 +119,10 @@ class AlertForwarder {
   // One round: sends incidents that opened since the last round, those
   // that resolved (with endsAt), and every firing one again when half the
   // resolve timeout passed since they were last sent. What a receiver did
-  // not take goes again next round.
+  // not take goes again next round. A server that does not lead sends
+  // nothing and forgets what it sent: its alerts end at their endsAt (one
+  // resolve timeout on), while the leader sends its own; when it leads
+  // again it sends every firing incident afresh.
   void Round();
 
   // Prometheus text of vigil_alertmanager_forward_*.
@@ -133,6 +140,7 @@ class AlertForwarder {
   Transport* const transport_;
   Clock* const clock_;
   const FiringIncidents firing_;
+  const Leads leads_;
   std::mutex mu_;  // serializes rounds
   std::map<std::string, Sent> sent_ ABSL_GUARDED_BY(mu_);  // by incident id
   // Resolved incidents whose end was not taken yet: id -> alert.

@@ -1,5 +1,6 @@
 #include "server/alertmanager/alertmanager.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "gtest/gtest.h"
@@ -130,6 +131,36 @@ TEST_F(ForwarderTest, WhatAnAlertmanagerRefusedGoesAgainNextRound) {
   EXPECT_NE(f->MetricsText().find("vigil_alertmanager_forward_failures_total 4"),
             std::string::npos)
       << f->MetricsText();
+}
+
+TEST_F(ForwarderTest, OnlyThePairsLeaderForwards) {
+  std::atomic<bool> leads{false};
+  AlertForwarder f(options_, &transport_, &clock_,
+                   [this] {
+                     std::lock_guard<std::mutex> l(mu_);
+                     return firing_;
+                   },
+                   [&leads] { return leads.load(); });
+  Fire({IncidentJson("inc-1", "P1", "xid_fatal", 1800000000)});
+  f.Round();
+  EXPECT_TRUE(transport_.Bodies().empty());  // the standby sends nothing
+  leads = true;
+  f.Round();
+  std::vector<Json> bodies = transport_.Bodies();
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_EQ(bodies[0][0]["labels"]["vigil_incident"], "inc-1");
+  // Leadership lost: nothing more, not even an end (the new leader sends
+  // its own; this one's alert ends at its endsAt).
+  leads = false;
+  clock_.Advance(200);
+  Fire({});
+  f.Round();
+  EXPECT_TRUE(transport_.Bodies().empty());
+  // Leading again: what fires is sent afresh, at once.
+  leads = true;
+  Fire({IncidentJson("inc-1", "P1", "xid_fatal", 1800000000)});
+  f.Round();
+  EXPECT_EQ(transport_.Bodies().size(), 2u);
 }
 
 class IntakeTest : public ::testing::Test {
