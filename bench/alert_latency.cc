@@ -71,11 +71,7 @@ struct Args {
 
 bool ParseArgs(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      std::string prefix = std::string("--") + name + "=";
-      return arg.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
-    };
+    auto value = [&](const char* name) { return vigil::bench::FlagValue(argv[i], name); };
     if (auto v = value("server-bin")) a->server_bin = v;
     else if (auto v = value("prometheus-bin")) a->prometheus_bin = v;
     else if (auto v = value("alertmanager-bin")) a->alertmanager_bin = v;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include <httplib.h>
@@ -40,6 +41,11 @@ pid_t Spawn(std::vector<std::string> argv, const std::string& log) {
 }
 
 }  // namespace
+
+const char* FlagValue(const char* arg, const char* name) {
+  const std::string prefix = std::string("--") + name + "=";
+  return std::string_view(arg).starts_with(prefix) ? arg + prefix.size() : nullptr;
+}
 
 pid_t StartServer(std::vector<std::string> argv, const std::string& log, int port,
                   const char* path) {

@@ -98,6 +98,10 @@ bool StreamNode(const std::shared_ptr<grpc::Channel>& channel, const NodeLoad& l
                 int window, double pace_hz, Steady::time_point start,
                 std::vector<double>* latencies, std::atomic<int64_t>* fault_sent_ns);
 
+// The value of `arg` when it is "--`name`=value", else nullptr: the
+// benchmarks' flags.
+const char* FlagValue(const char* arg, const char* name);
+
 // Starts `argv` (stdout and stderr to the file `log`) and waits until
 // http://127.0.0.1:`port``path` answers 200; its pid, or -1 (the process
 // killed, a line on stderr) when it did not within 30 s.
