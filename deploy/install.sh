@@ -118,12 +118,18 @@ else
   have_user=true
 fi
 
-# Example configs: an operator's edits are never overwritten.
+# Example configs: an operator's edits are never overwritten. agent.json
+# is read by the agent's DynamicUser, a uid in no group of ours, so it is
+# world-readable (0644, as the Debian package ships it); it holds no
+# secret: the agent's key, certificates and token come as systemd
+# credentials. The others are root's and vigil's.
 step install -d -m 0755 "$root$config_dir"
 for example in server.json agent.json agent.env actuator.env; do
   target=$root$config_dir/$example
   if [[ -e $target ]]; then
     echo "kept: $target exists"
+  elif [[ $example == agent.json ]]; then
+    step install -m 0644 "$src/deploy/systemd/$example" "$target"
   else
     step install -m 0640 "$src/deploy/systemd/$example" "$target"
     if $have_user; then step chgrp vigil "$target"; fi

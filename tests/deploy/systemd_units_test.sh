@@ -74,9 +74,11 @@ for binary in "${binaries[@]}"; do expect_file "$prefix/bin/$(basename "$binary"
 for unit in "${units[@]}"; do expect_file "/lib/systemd/system/$unit.service" 644; done
 expect_file "$prefix/share/vigil/web/index.html" 644
 expect_file "$prefix/share/doc/vigil/systemd.md" 644
-for config in server.json agent.json agent.env actuator.env actuator.secret; do
+for config in server.json agent.env actuator.env actuator.secret; do
   expect_file "/etc/vigil/$config" 640
 done
+# Read by the agent's DynamicUser: world-readable, and free of secrets.
+expect_file /etc/vigil/agent.json 644
 check
 grep -Eqx '[0-9a-f]{64}' "$root/etc/vigil/actuator.secret" ||
   fail "actuator.secret is not 32 random bytes in hex"
