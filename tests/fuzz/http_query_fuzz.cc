@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "httplib.h"
 #include "server/server.h"
+#include "tests/fuzz/loopback_server.h"
 #include "storage/series_store.h"
 
 namespace {
@@ -48,13 +49,7 @@ struct Fixture {
     client->set_read_timeout(10);
   }
   static vigil::ServerOptions Options() {
-    vigil::ServerOptions o;
-    o.memory = true;
-    o.grpc_listen = "127.0.0.1:0";
-    o.http_listen = "127.0.0.1:0";
-    o.grpc_insecure = true;
-    o.http_threads = 4;
-    return o;
+    return vigil::fuzz::LoopbackServerOptions(4);
   }
   vigil::FakeClock clock{1764000000.0};
   vigil::VigilServer server;

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "server/server.h"
+#include "tests/fuzz/loopback_server.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
 namespace {
@@ -29,14 +30,7 @@ struct Fixture {
         grpc::InsecureChannelCredentials()));
   }
   static vigil::ServerOptions Options() {
-    vigil::ServerOptions o;
-    o.memory = true;
-    o.grpc_listen = "127.0.0.1:0";
-    o.http_listen = "127.0.0.1:0";
-    o.grpc_insecure = true;
-    o.http_threads = 2;
-    o.max_series = 100'000;
-    return o;
+    return vigil::fuzz::LoopbackServerOptions(2);
   }
   vigil::FakeClock clock{1764000000.0};
   vigil::VigilServer server;

@@ -26,6 +26,7 @@
 #include "notify/signing.h"
 #include "server/config/auth.h"
 #include "server/server.h"
+#include "tests/fuzz/loopback_server.h"
 #include "snappy.h"
 
 namespace {
@@ -35,19 +36,10 @@ constexpr char kToken[] = "fuzz-remote-write-token";
 struct Fixture {
   Fixture() : server(Options(), &clock) {
     if (!server.Start().ok()) __builtin_trap();
-    client = std::make_unique<httplib::Client>("127.0.0.1", server.http_port());
-    client->set_connection_timeout(5);
-    client->set_read_timeout(5);
-    client->set_write_timeout(5);
+    client = vigil::fuzz::LoopbackClient(server, 5);
   }
   static vigil::ServerOptions Options() {
-    vigil::ServerOptions o;
-    o.memory = true;
-    o.grpc_listen = "127.0.0.1:0";
-    o.http_listen = "127.0.0.1:0";
-    o.grpc_insecure = true;
-    o.http_threads = 2;
-    o.max_series = 100'000;
+    vigil::ServerOptions o = vigil::fuzz::LoopbackServerOptions(2);
     vigil::RemoteWriteReceiverOptions receiver;
     receiver.frame_grace_seconds = 1;      // frames reach detection as the clock moves
     receiver.max_decoded_bytes = 1 << 20;  // a claimed 64 MiB body costs its allocation
