@@ -411,6 +411,7 @@ absl::Status VigilServer::Start() {
   ingest_options.raw_retention_seconds = options_.raw_retention_seconds;
   ingest_options.max_streams = options_.max_streams;
   ingest_options.first_batch_seconds = options_.first_batch_seconds;
+  ingest_options.threads = options_.ingest_threads;
   ingest_options.worker_queue_batches = options_.detection_queue_batches;
   auto ingest = std::make_unique<IngestService>(ingest_options);
 
@@ -421,11 +422,12 @@ absl::Status VigilServer::Start() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.RegisterService(ingest.get());
+  ingest->AddTo(builder);
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || grpc_port == 0)
     return absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", options_.grpc_listen));
+  ingest->Start();
 
   std::unique_ptr<RemoteWriteReceiver> receiver;
   if (options_.remote_write_receiver.has_value()) {
@@ -609,9 +611,10 @@ absl::Status VigilServer::Stop() {
   // Leave the cluster first: the standby leads at once, not a lease later.
   if (profile_sender_thread_ != nullptr) profile_sender_thread_->Stop();
   if (cluster_ != nullptr) cluster_->Stop();
-  // An immediate deadline cancels live streams; Shutdown() returns once
-  // their handlers have finished.
+  // An immediate deadline cancels live streams; the ingest service then
+  // sees them end before the server they belong to goes.
   grpc_server_->Shutdown(gpr_inf_past(GPR_CLOCK_MONOTONIC));
+  ingest_->Shutdown();
   grpc_server_.reset();
   // No request may reach the ingest path once it is gone: HTTP (remote
   // write) stops first, and the receiver hands its open frames over.

@@ -373,7 +373,11 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
                     {"max_future_skew_seconds", "max_message_mb",
                      "max_series_per_stream", "max_new_series_per_node",
                      "max_new_series_per_job", "max_streams",
-                     "first_batch_seconds"})) {
+                     "first_batch_seconds", "threads"})) {
+    r.Integer(*s, "ingest", "threads", 1, 256, 1, &o->ingest_threads,
+              "Threads serving the agents' gRPC streams, each polling a completion "
+              "queue of its own; one served 1,250 agents at 1 Hz with about a fifth "
+              "of a core (bench/RESULTS.md)");
     r.Integer(*s, "ingest", "max_streams", 1, 1'000'000, 1, &o->max_streams,
               "Agent streams served at once; a new one past it gets UNAVAILABLE and "
               "the agent retries");

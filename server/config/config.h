@@ -213,6 +213,8 @@ struct ServerOptions {
   // send its first batch (server/ingest/ingest_service.h).
   int max_streams = 10'000;
   double first_batch_seconds = 10;
+  // Threads serving the agents' gRPC streams (IngestOptions::threads).
+  int ingest_threads = 1;
 
   // Frames stamped more than this far ahead of the server clock are refused.
   double max_future_skew_seconds = 300;

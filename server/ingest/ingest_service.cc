@@ -324,7 +324,7 @@ absl::StatusOr<SeriesId> IngestService::ResolveNew(StreamState& st,
   return created;
 }
 
-IngestService::~IngestService() = default;
+IngestService::~IngestService() { Shutdown(); }
 
 grpc::Status IngestService::Register(grpc::ServerContextBase* context,
                                      const v1::Hello& hello,
@@ -368,7 +368,7 @@ void IngestService::Unregister(const StreamState& state) {
   if (state.session->live == state.context) state.session->live = nullptr;
 }
 
-grpc::Status IngestService::Open(grpc::CallbackServerContext* context,
+grpc::Status IngestService::Open(grpc::ServerContextBase* context,
                                  const v1::FrameBatch& batch,
                                  StreamState* state) {
   IngestMetrics& metrics = *options_.metrics;
@@ -404,20 +404,63 @@ grpc::Status IngestService::Open(grpc::CallbackServerContext* context,
   return grpc::Status::OK;
 }
 
-// One stream. Reactions run on gRPC's threads, the deliveries of a batch on
-// the frame workers; a batch is read only after the previous one was acked,
-// so batch_, ack_ and the stream state are touched by one party at a time.
-// Deleted in OnDone, which gRPC calls once Finish was called and no
-// operation is pending; Finish is never called while a delivery runs.
-class IngestService::Reactor final
-    : public grpc::ServerBidiReactor<v1::FrameBatch, v1::Ack> {
+// One stream, from the call's arrival to its Finish. Its operations
+// complete on the thread of its completion queue; the deliveries of a batch
+// run on the frame workers. A stream has one operation or delivery in
+// flight at a time (a batch is read only after the previous one was acked),
+// so its members are touched by one party at a time. Deletes itself once
+// its Finish completes, or when the server shuts down before a call came.
+class IngestService::Stream {
  public:
-  Reactor(IngestService* service, grpc::CallbackServerContext* context)
-      : service_(*service), context_(context) {
+  // What a completion-queue tag stands for.
+  enum class Op { kStarted, kRead, kWritten, kFinished };
+  struct Tag {
+    Stream* stream;
+    Op op;
+  };
+
+  // Asks gRPC for the next call on `cq`; counted in service->live_.
+  Stream(IngestService* service, grpc::ServerCompletionQueue* cq)
+      : service_(*service), cq_(cq), io_(&context_) {
+    service_.async_.RequestStream(&context_, &io_, cq_, cq_, &started_);
+  }
+
+  // Runs the step that finished: `op` completed with `ok`.
+  void Proceed(Op op, bool ok) {
+    switch (op) {
+      case Op::kStarted:
+        if (!ok) {  // the server is shutting down
+          delete this;
+          return;
+        }
+        service_.RequestNextStream(cq_);
+        Start();
+        return;
+      case Op::kRead:
+        OnRead(ok);
+        return;
+      case Op::kWritten:
+        OnWritten(ok);
+        return;
+      case Op::kFinished:
+        delete this;
+        return;
+    }
+  }
+
+  ~Stream() {
+    Release();
+    service_.StreamGone();
+  }
+
+ private:
+  // The call has arrived: checks its token and certificate, takes a slot
+  // of max_streams and reads the first batch.
+  void Start() {
     IngestMetrics& metrics = *service_.options_.metrics;
     if (service_.options_.authenticator != nullptr) {
       if (std::optional<StreamRefusal> r =
-              service_.options_.authenticator->CheckBeforeHello(*context)) {
+              service_.options_.authenticator->CheckBeforeHello(context_)) {
         metrics.Reject(r->reason);
         Close(r->status);
         return;
@@ -432,16 +475,16 @@ class IngestService::Reactor final
                                        " streams at once; retry later")));
       return;
     }
-    service_.watchdog_->Watch(context_);
+    service_.watchdog_->Watch(&context_);
     watching_ = true;
-    StartRead(&batch_);
+    io_.Read(&batch_, &read_);
   }
 
-  void OnReadDone(bool ok) override {
+  void OnRead(bool ok) {
     IngestMetrics& metrics = *service_.options_.metrics;
     if (!registered_) {
       watching_ = false;
-      if (service_.watchdog_->Done(context_)) {
+      if (service_.watchdog_->Done(&context_)) {
         metrics.Reject(RejectReason::kNoFirstBatch);
         Close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                             absl::StrCat("no first batch within ",
@@ -453,7 +496,7 @@ class IngestService::Reactor final
         Close(grpc::Status::OK);
         return;
       }
-      if (grpc::Status s = service_.Open(context_, batch_, &state_); !s.ok()) {
+      if (grpc::Status s = service_.Open(&context_, batch_, &state_); !s.ok()) {
         Close(s);
         return;
       }
@@ -479,13 +522,13 @@ class IngestService::Reactor final
       return;
     }
     if (!state_.applied || service_.workers_ == nullptr) {
-      StartWrite(&ack_);
+      io_.Write(ack_, &written_);
       return;
     }
     Deliver();
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnWritten(bool ok) {
     if (!ok) {
       Close(grpc::Status::OK);  // the agent is gone
       return;
@@ -494,25 +537,19 @@ class IngestService::Reactor final
     // whole dictionary of the stream's first batch (~60 KB for 229 series)
     // would stay with every stream. Later batches rarely define series.
     if (batch_.series_size() > 0) v1::FrameBatch().Swap(&batch_);
-    StartRead(&batch_);
+    io_.Read(&batch_, &read_);
   }
 
-  void OnDone() override {
-    Release();
-    delete this;
-  }
-
- private:
   // Gives back the node, the stream slot and the watchdog entry, then ends
   // the stream with `status`: the agent that hears the status may connect
   // again at once and find its node free.
   void Close(const grpc::Status& status) {
     Release();
-    Finish(status);
+    io_.Finish(status, &finished_);
   }
 
   void Release() {
-    if (watching_) service_.watchdog_->Done(context_);
+    if (watching_) service_.watchdog_->Done(&context_);
     watching_ = false;
     if (registered_) {
       service_.options_.metrics->connected_agents.fetch_sub(1);
@@ -536,7 +573,7 @@ class IngestService::Reactor final
       if (!state_.deliveries[k].empty()) parts.push_back(k);
     }
     if (parts.empty()) {  // a batch without frames (a hello, a dictionary)
-      StartWrite(&ack_);
+      io_.Write(ack_, &written_);
       return;
     }
     pending_.store(static_cast<int>(parts.size()));
@@ -562,7 +599,7 @@ class IngestService::Reactor final
       }
     }
     Counter(k).fetch_sub(1, std::memory_order_relaxed);
-    if (pending_.fetch_sub(1) == 1) StartWrite(&ack_);
+    if (pending_.fetch_sub(1) == 1) io_.Write(ack_, &written_);
   }
 
   // The queued-batches gauge of worker `k` (a spare one past those
@@ -574,7 +611,13 @@ class IngestService::Reactor final
   }
 
   IngestService& service_;
-  grpc::CallbackServerContext* const context_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::ServerContext context_;
+  grpc::ServerAsyncReaderWriter<v1::Ack, v1::FrameBatch> io_;
+  Tag started_{this, Op::kStarted};
+  Tag read_{this, Op::kRead};
+  Tag written_{this, Op::kWritten};
+  Tag finished_{this, Op::kFinished};
   StreamState state_;
   v1::FrameBatch batch_;
   v1::Ack ack_;
@@ -584,9 +627,59 @@ class IngestService::Reactor final
   bool registered_ = false;  // Open succeeded
 };
 
-grpc::ServerBidiReactor<v1::FrameBatch, v1::Ack>* IngestService::Stream(
-    grpc::CallbackServerContext* context) {
-  return new Reactor(this, context);
+void IngestService::AddTo(grpc::ServerBuilder& builder) {
+  builder.RegisterService(&async_);
+  for (int i = 0; i < std::max(1, options_.threads); ++i)
+    queues_.push_back(builder.AddCompletionQueue());
+}
+
+void IngestService::Start() {
+  for (const std::unique_ptr<grpc::ServerCompletionQueue>& cq : queues_) {
+    RequestNextStream(cq.get());
+    threads_.emplace_back([cq = cq.get()] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (cq->Next(&tag, &ok)) {
+        Stream::Tag* t = static_cast<Stream::Tag*>(tag);
+        t->stream->Proceed(t->op, ok);
+      }
+    });
+  }
+}
+
+void IngestService::RequestNextStream(grpc::ServerCompletionQueue* cq) {
+  std::lock_guard<std::mutex> l(live_mu_);
+  if (shutting_down_) return;
+  ++live_;
+  new Stream(this, cq);
+}
+
+void IngestService::StreamGone() {
+  std::lock_guard<std::mutex> l(live_mu_);
+  if (--live_ == 0) live_gone_.notify_all();
+}
+
+void IngestService::Shutdown() {
+  {
+    std::unique_lock<std::mutex> l(live_mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    // The server's shutdown cancelled every call: their pending operations
+    // and deliveries complete failed, and each stream finishes. New
+    // operations may not start on a queue that is shut down, so the queues
+    // wait for the last stream.
+    if (!threads_.empty()) live_gone_.wait(l, [this] { return live_ == 0; });
+  }
+  for (const std::unique_ptr<grpc::ServerCompletionQueue>& cq : queues_) cq->Shutdown();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  // Queues of a server that never started hold nothing but must be drained.
+  for (const std::unique_ptr<grpc::ServerCompletionQueue>& cq : queues_) {
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq->Next(&tag, &ok)) {
+    }
+  }
 }
 
 std::vector<size_t> IngestService::WorkerQueues() const {

@@ -5,10 +5,12 @@
 #define VIGIL_SERVER_INGEST_INGEST_SERVICE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -22,6 +24,7 @@
 #include "server/ingest/ingest_metrics.h"
 #include "server/ingest/series_budget.h"
 #include "storage/series_store.h"
+#include "grpcpp/server_builder.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
 namespace vigil {
@@ -69,12 +72,19 @@ struct IngestOptions {
   // slow peers cannot hold stream slots. Tokens and certificates are checked
   // before that read.
   double first_batch_seconds = 10;
+  // Threads serving the streams, each with a completion queue of its own
+  // (values below 1 mean 1).
+  int threads = 1;
 };
 
-// Serves Ingest.Stream with gRPC's callback API: no thread per stream; a
-// batch is validated and stored on a gRPC thread, run through the frame
+// Serves Ingest.Stream with gRPC's asynchronous API: no thread per
+// stream; `threads` threads each poll one completion queue, on which a
+// batch is validated and stored; it is then run through the frame
 // observers on the worker of its shard, and acked when they are done. A
-// stream has one batch in flight: the next is read after the ack.
+// stream has one batch in flight: the next is read after the ack. (gRPC's
+// callback API polls one queue with two threads and hands each event from
+// one to the other: ~6 context switches per batch, more CPU than the rest
+// of the path; bench/RESULTS.md.)
 //
 // Per stream: the token and certificate (if required) are checked before
 // anything is read; at most max_streams streams are served at once; the
@@ -89,15 +99,26 @@ struct IngestOptions {
 // stays stored. A batch whose seq was already applied for this node and
 // agent instance (a resend after a lost ack) is acked again without being
 // re-applied. Thread-safe.
-class IngestService final : public v1::Ingest::CallbackService {
+//
+// Use: AddTo(builder) before builder.BuildAndStart(), Start() once the
+// server runs, and after grpc::Server::Shutdown() returned, Shutdown() (or
+// the destructor).
+class IngestService final {
  public:
   explicit IngestService(const IngestOptions& options);
-  // Runs what the frame workers hold. The gRPC server must be shut down
-  // first (no stream left).
-  ~IngestService() override;
+  // Shutdown(), then runs what the frame workers hold.
+  ~IngestService();
 
-  grpc::ServerBidiReactor<v1::FrameBatch, v1::Ack>* Stream(
-      grpc::CallbackServerContext* context) override;
+  // Registers the service with `builder` and adds the completion queues
+  // its threads poll. Call once, before builder.BuildAndStart().
+  void AddTo(grpc::ServerBuilder& builder);
+  // Starts the threads and takes calls; once the server built with AddTo
+  // runs.
+  void Start();
+  // Waits for the streams to end and joins the threads; ApplyLocal and
+  // DeliverLocal still work. The gRPC server must be shut down first (it
+  // cancels the streams; a live one would be waited for). Idempotent.
+  void Shutdown();
 
   // Batches queued or running on each frame worker now (for /metrics).
   std::vector<size_t> WorkerQueues() const;
@@ -151,7 +172,12 @@ class IngestService final : public v1::Ingest::CallbackService {
  private:
   struct NodeSession;
   struct StreamState;
-  class Reactor;
+  class Stream;
+
+  // Posts a new Stream waiting for a call on `cq`, unless shutting down.
+  void RequestNextStream(grpc::ServerCompletionQueue* cq);
+  // Counts a Stream deleted.
+  void StreamGone();
 
   // Claims the node of `hello` for the stream; ALREADY_EXISTS if another
   // agent instance streams it.
@@ -176,13 +202,21 @@ class IngestService final : public v1::Ingest::CallbackService {
 
   // Checks the first batch (hello, authentication) and registers the
   // stream; a non-OK status ends the stream.
-  grpc::Status Open(grpc::CallbackServerContext* context,
+  grpc::Status Open(grpc::ServerContextBase* context,
                     const v1::FrameBatch& batch, StreamState* state);
 
   class FirstBatchWatchdog;
   struct LocalStream;
 
   const IngestOptions options_;
+  v1::Ingest::AsyncService async_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> threads_;
+  // Streams posted and not yet deleted.
+  std::mutex live_mu_;
+  std::condition_variable live_gone_;
+  int live_ ABSL_GUARDED_BY(live_mu_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(live_mu_) = false;
   // Null without an observer.
   std::unique_ptr<FrameWorkers> workers_;
   SeriesBudget budget_;

@@ -65,9 +65,10 @@ class ClusterIngestTest : public ::testing::Test {
     service_ = std::make_unique<IngestService>(options);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(service_.get());
+    service_->AddTo(builder);
     server_ = builder.BuildAndStart();
     ASSERT_NE(port_, 0);
+    service_->Start();
     for (int i = 0; ours_.empty() || theirs_.empty(); ++i) {
       const std::string job = absl::StrCat("job", i);
       (map_.OwnerOfFamily(job) == "s0" ? ours_ : theirs_) = job;
@@ -75,6 +76,7 @@ class ClusterIngestTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_) server_->Shutdown();
+    service_->Shutdown();
   }
 
   v1::FrameBatch First(const std::string& job) {

@@ -2,6 +2,7 @@
 // and the detection hook.
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_server.h"
 
@@ -299,6 +301,47 @@ TEST(IngestTest, StopCancelsLiveStreamsAndRestartServes) {
   IngestClient again(t.server.grpc_port());
   again.Open();
   EXPECT_TRUE(again.Send(FirstBatch("n1", "a")).has_value());
+}
+
+// Streams spread over several completion-queue threads; stopping the
+// server while some wait for their next batch ends them all.
+TEST(IngestTest, SeveralThreadsServeConcurrentStreamsAndStopEndsThem) {
+  ServerOptions options = TestOptions();
+  options.ingest_threads = 3;
+  TestServer t(options);
+  constexpr int kStreams = 12;
+  constexpr int kBatches = 20;
+  std::vector<std::unique_ptr<IngestClient>> clients;
+  for (int c = 0; c < kStreams; ++c) {
+    clients.push_back(std::make_unique<IngestClient>(t.server.grpc_port()));
+    clients.back()->Open();
+  }
+  std::vector<int> acked(kStreams, 0);
+  std::vector<std::thread> senders;
+  for (int c = 0; c < kStreams; ++c) {
+    senders.emplace_back([&, c] {
+      const std::string node = absl::StrCat("n", c);
+      if (!clients[c]->Send(FirstBatch(node, "a")).has_value()) return;
+      ++acked[c];
+      for (int b = 2; b <= kBatches; ++b) {
+        v1::FrameBatch batch = Batch(b);
+        *batch.add_frames() = Frame("llm", kT0 - 100 + b, {1, 2}, {250.0 + b, 2.0});
+        std::optional<v1::Ack> ack = clients[c]->Send(batch);
+        if (!ack.has_value() || ack->acked_seq() != static_cast<uint64_t>(b)) return;
+        ++acked[c];
+      }
+    });
+  }
+  for (std::thread& s : senders) s.join();
+  for (int c = 0; c < kStreams; ++c) {
+    EXPECT_EQ(acked[c], kBatches) << "stream " << c;
+    EXPECT_EQ(SamplesOf(t.server.store(), absl::StrCat("n", c), "gpu_power_watts").size(),
+              static_cast<size_t>(kBatches));
+  }
+  EXPECT_EQ(t.server.metrics().connected_agents.load(), kStreams);
+  // Every stream now waits for a batch: Stop cancels them and returns.
+  EXPECT_TRUE(t.server.Stop().ok());
+  for (std::unique_ptr<IngestClient>& client : clients) EXPECT_FALSE(client->Finish().ok());
 }
 
 }  // namespace
