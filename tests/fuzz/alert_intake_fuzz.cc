@@ -26,14 +26,10 @@
 
 #include "common/clock.h"
 #include "httplib.h"
-#include "notify/signing.h"
-#include "server/config/auth.h"
 #include "server/server.h"
 #include "tests/fuzz/loopback_server.h"
 
 namespace {
-
-constexpr char kToken[] = "fuzz-remote-write-token";
 
 struct Fixture {
   Fixture() : server(Options(), &clock) {
@@ -45,9 +41,7 @@ struct Fixture {
     o.alertmanager.intake = true;
     // One rule, so both the rule's and the severity label's paths run.
     o.alertmanager.rules = {{"GpuTooHot", "P1", {vigil::Response::kNotifySre}, false}};
-    o.auth.tokens = {{"prometheus", vigil::Role::kRemoteWrite,
-                      vigil::HexEncode(vigil::Sha256(kToken))}};
-    o.auth.anonymous_read = true;
+    vigil::fuzz::AddRemoteWriteToken(&o);
     return o;
   }
   vigil::FakeClock clock{1764000000.0};
@@ -55,16 +49,8 @@ struct Fixture {
   std::unique_ptr<httplib::Client> client;
 };
 
-bool Answered(const httplib::Result& r) {
-  if (!r) return false;
-  return (r->status >= 200 && r->status < 300) || (r->status >= 400 && r->status < 500) ||
-         r->status == 503;
-}
-
 [[noreturn]] void Fail(const std::string& what, const httplib::Result& r) {
-  std::fprintf(stderr, "alert_intake_fuzz: %s -> %d %s\n", what.c_str(), r ? r->status : -1,
-               r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
-  __builtin_trap();
+  vigil::fuzz::Fail("alert_intake_fuzz", what, r);
 }
 
 // The intake's count of alerts taken so far, from /metrics.
@@ -88,10 +74,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t mode = data[0];
   const std::string path = (mode & 1) ? "/api/v2/alerts" : "/api/v1/alerts";
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
-  const httplib::Headers headers = {{"Authorization", std::string("Bearer ") + kToken}};
+  const httplib::Headers headers = {{"Authorization", vigil::fuzz::RemoteWriteBearer()}};
   if (!received) received = Received(*fixture->client);
   httplib::Result r = fixture->client->Post(path, headers, body, "application/json");
-  if (!Answered(r)) Fail("POST " + path, r);
+  if (!vigil::fuzz::Answered(r)) Fail("POST " + path, r);
   if (r->status >= 400 && r->status < 500) {
     if (Received(*fixture->client) != *received)
       Fail("POST " + path + " was refused but took alerts", r);

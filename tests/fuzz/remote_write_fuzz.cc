@@ -23,15 +23,11 @@
 
 #include "common/clock.h"
 #include "httplib.h"
-#include "notify/signing.h"
-#include "server/config/auth.h"
 #include "server/server.h"
 #include "tests/fuzz/loopback_server.h"
 #include "snappy.h"
 
 namespace {
-
-constexpr char kToken[] = "fuzz-remote-write-token";
 
 struct Fixture {
   Fixture() : server(Options(), &clock) {
@@ -44,9 +40,7 @@ struct Fixture {
     receiver.frame_grace_seconds = 1;      // frames reach detection as the clock moves
     receiver.max_decoded_bytes = 1 << 20;  // a claimed 64 MiB body costs its allocation
     o.remote_write_receiver = receiver;
-    o.auth.tokens = {{"prometheus", vigil::Role::kRemoteWrite,
-                      vigil::HexEncode(vigil::Sha256(kToken))}};
-    o.auth.anonymous_read = true;
+    vigil::fuzz::AddRemoteWriteToken(&o);
     return o;
   }
   vigil::FakeClock clock{1764000000.0};
@@ -54,16 +48,8 @@ struct Fixture {
   std::unique_ptr<httplib::Client> client;
 };
 
-bool Answered(const httplib::Result& r) {
-  if (!r) return false;
-  return (r->status >= 200 && r->status < 300) || (r->status >= 400 && r->status < 500) ||
-         r->status == 503;
-}
-
-[[noreturn]] void Fail(const char* what, const httplib::Result& r) {
-  std::fprintf(stderr, "remote_write_fuzz: %s -> %d %s\n", what, r ? r->status : -1,
-               r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
-  __builtin_trap();
+[[noreturn]] void Fail(const std::string& what, const httplib::Result& r) {
+  vigil::fuzz::Fail("remote_write_fuzz", what, r);
 }
 
 }  // namespace
@@ -80,12 +66,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     snappy::Compress(rest, size - 1, &body);
   }
   const httplib::Headers headers = {
-      {"Authorization", std::string("Bearer ") + kToken},
+      {"Authorization", vigil::fuzz::RemoteWriteBearer()},
       {"Content-Encoding", "snappy"},
       {"X-Prometheus-Remote-Write-Version", "0.1.0"}};
   httplib::Result r =
       fixture->client->Post("/api/v1/write", headers, body, "application/x-protobuf");
-  if (!Answered(r)) Fail("POST /api/v1/write", r);
+  if (!vigil::fuzz::Answered(r)) Fail("POST /api/v1/write", r);
   fixture->clock.Advance((mode >> 1) & 3);
   httplib::Result health = fixture->client->Get("/healthz");
   if (!health || health->status != 200 ||
