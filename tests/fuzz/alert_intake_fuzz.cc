@@ -31,23 +31,15 @@
 
 namespace {
 
-struct Fixture {
-  Fixture() : server(Options(), &clock) {
-    if (!server.Start().ok()) __builtin_trap();
-    client = vigil::fuzz::LoopbackClient(server, 5);
-  }
-  static vigil::ServerOptions Options() {
-    vigil::ServerOptions o = vigil::fuzz::LoopbackServerOptions(2);
-    o.alertmanager.intake = true;
-    // One rule, so both the rule's and the severity label's paths run.
-    o.alertmanager.rules = {{"GpuTooHot", "P1", {vigil::Response::kNotifySre}, false}};
-    vigil::fuzz::AddRemoteWriteToken(&o);
-    return o;
-  }
-  vigil::FakeClock clock{1764000000.0};
-  vigil::VigilServer server;
-  std::unique_ptr<httplib::Client> client;
-};
+// The options of the server this target fuzzes.
+vigil::ServerOptions Options() {
+  vigil::ServerOptions o = vigil::fuzz::LoopbackServerOptions(2);
+  o.alertmanager.intake = true;
+  // One rule, so both the rule's and the severity label's paths run.
+  o.alertmanager.rules = {{"GpuTooHot", "P1", {vigil::Response::kNotifySre}, false}};
+  vigil::fuzz::AddRemoteWriteToken(&o);
+  return o;
+}
 
 [[noreturn]] void Fail(const std::string& what, const httplib::Result& r) {
   vigil::fuzz::Fail("alert_intake_fuzz", what, r);
@@ -66,7 +58,7 @@ uint64_t Received(httplib::Client& client) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static Fixture* fixture = new Fixture();  // lives for the process
+  static auto* fixture = new vigil::fuzz::LoopbackFixture(Options());  // lives for the process
   // The received count before this request; read again only after a
   // request that may have moved it.
   static std::optional<uint64_t> received;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/clock.h"
 #include "httplib.h"
 #include "notify/signing.h"
 #include "server/config/auth.h"
@@ -38,6 +39,19 @@ inline std::unique_ptr<httplib::Client> LoopbackClient(const VigilServer& server
   client->set_write_timeout(timeout_seconds);
   return client;
 }
+
+// A target's server for the life of its process: started with `options`
+// on a fake clock, with an HTTP client (LoopbackClient, 5 s); traps when the
+// server does not start.
+struct LoopbackFixture {
+  explicit LoopbackFixture(const ServerOptions& options) : server(options, &clock) {
+    if (!server.Start().ok()) __builtin_trap();
+    client = LoopbackClient(server, 5);
+  }
+  FakeClock clock{1764000000.0};
+  VigilServer server;
+  std::unique_ptr<httplib::Client> client;
+};
 
 // The token of the remote_write role AddRemoteWriteToken gives a server.
 inline constexpr char kRemoteWriteToken[] = "fuzz-remote-write-token";

@@ -29,24 +29,16 @@
 
 namespace {
 
-struct Fixture {
-  Fixture() : server(Options(), &clock) {
-    if (!server.Start().ok()) __builtin_trap();
-    client = vigil::fuzz::LoopbackClient(server, 5);
-  }
-  static vigil::ServerOptions Options() {
-    vigil::ServerOptions o = vigil::fuzz::LoopbackServerOptions(2);
-    vigil::RemoteWriteReceiverOptions receiver;
-    receiver.frame_grace_seconds = 1;      // frames reach detection as the clock moves
-    receiver.max_decoded_bytes = 1 << 20;  // a claimed 64 MiB body costs its allocation
-    o.remote_write_receiver = receiver;
-    vigil::fuzz::AddRemoteWriteToken(&o);
-    return o;
-  }
-  vigil::FakeClock clock{1764000000.0};
-  vigil::VigilServer server;
-  std::unique_ptr<httplib::Client> client;
-};
+// The options of the server this target fuzzes.
+vigil::ServerOptions Options() {
+  vigil::ServerOptions o = vigil::fuzz::LoopbackServerOptions(2);
+  vigil::RemoteWriteReceiverOptions receiver;
+  receiver.frame_grace_seconds = 1;      // frames reach detection as the clock moves
+  receiver.max_decoded_bytes = 1 << 20;  // a claimed 64 MiB body costs its allocation
+  o.remote_write_receiver = receiver;
+  vigil::fuzz::AddRemoteWriteToken(&o);
+  return o;
+}
 
 [[noreturn]] void Fail(const std::string& what, const httplib::Result& r) {
   vigil::fuzz::Fail("remote_write_fuzz", what, r);
@@ -55,7 +47,7 @@ struct Fixture {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static Fixture* fixture = new Fixture();  // lives for the process
+  static auto* fixture = new vigil::fuzz::LoopbackFixture(Options());  // lives for the process
   if (size == 0) return 0;
   const uint8_t mode = data[0];
   const char* rest = reinterpret_cast<const char*>(data + 1);
