@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "common/clock.h"
+#include "grpcpp/server_builder.h"
 #include "server/frame_observer.h"
 #include "server/cluster/ownership.h"
 #include "server/ingest/frame_assembler.h"
@@ -24,7 +25,6 @@
 #include "server/ingest/ingest_metrics.h"
 #include "server/ingest/series_budget.h"
 #include "storage/series_store.h"
-#include "grpcpp/server_builder.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
 namespace vigil {
