@@ -422,13 +422,6 @@ absl::Status VigilServer::Start() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  // No bandwidth-delay-product probing: its pings cost a send and a
-  // receive on most batches of a 1 Hz agent (4.5 % of the server's CPU at
-  // 1,250 agents; bench/RESULTS.md), and the 64 KiB window it would grow
-  // bounds what the transport buffers per stream when every agent resends
-  // its spool at once (~80 MB at 1,250). The price: a stream moves at most
-  // 64 KiB per round trip, 640 MB/s at a datacenter's 0.1 ms.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   ingest->AddTo(builder);
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || grpc_port == 0)
