@@ -114,7 +114,7 @@ void Stop(pid_t pid);
 double ProcessCpuSeconds(pid_t pid);
 // Resident set size of `pid` in bytes.
 uint64_t ProcessRssBytes(pid_t pid);
-// Bytes of the regular files under `dir`.
+// Bytes of the regular files under `dir`; 0 when it does not exist.
 uint64_t DirBytes(const std::string& dir);
 // The `p` quantile (0..1) of `v`; 0 for none.
 double Percentile(std::vector<double> v, double p);

@@ -24,6 +24,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -107,10 +108,12 @@ bool Rounds(int nodes, size_t rounds, Send send) {
 }
 
 // Bytes of each RocksDB column family of the databases under `dir`
-// (opened read-only after the server stopped), summed by family name.
+// (opened read-only after the server stopped), summed by family name; none
+// when `dir` does not exist (bench/grpc_floor_server keeps nothing).
 std::map<std::string, uint64_t> FamilyBytes(const std::string& dir) {
   std::map<std::string, uint64_t> out;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+  std::error_code error;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, error)) {
     if (!e.is_regular_file() || e.path().filename() != "CURRENT") continue;
     const std::string db_dir = e.path().parent_path().string();
     std::vector<std::string> names;

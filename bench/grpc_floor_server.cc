@@ -1,0 +1,210 @@
+// The transport's floor: a server that speaks vigil-server's Ingest stream
+// the way IngestService does (gRPC's asynchronous API, one completion
+// queue and its thread, one batch in flight a stream) but does nothing with
+// a batch beyond parsing it and acking it. Run under bench/ingest_bench
+// (--server-bin) it measures what gRPC and protobuf alone cost a one-frame
+// batch on this machine, the bound on samples per server CPU-second that no
+// work in Vigil's own code can pass (bench/RESULTS.md, "Many agents, one
+// server").
+//
+//   --grpc-listen=ADDR   where the Ingest service listens (plaintext)
+//   --http-listen=ADDR   answers GET /healthz (ingest_bench waits for it)
+//   --ack-from=cq|worker cq: the queue's thread writes the ack as soon as
+//                        the batch is read; worker (default): a second
+//                        thread writes it, as vigil-server's frame worker
+//                        does after detection, so the cost of that hop shows
+// Other flags (those ingest_bench passes to vigil-server) are ignored.
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
+#include "vigil/v1/ingest.grpc.pb.h"
+
+namespace {
+
+// Runs tasks on one thread, in order, as a frame worker does.
+class Worker {
+ public:
+  Worker() : thread_([this] { Loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void Submit(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      cv_.wait(l, [this] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      l.unlock();
+      task();
+      l.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// One stream: read a batch, ack its seq, read the next. Deletes itself
+// when its Finish completes.
+class Stream {
+ public:
+  enum class Op { kStarted, kRead, kWritten, kFinished };
+  struct Tag {
+    Stream* stream;
+    Op op;
+  };
+
+  Stream(vigil::v1::Ingest::AsyncService* service, grpc::ServerCompletionQueue* cq,
+         Worker* worker)
+      : service_(service), cq_(cq), worker_(worker), io_(&context_) {
+    service_->RequestStream(&context_, &io_, cq_, cq_, &started_);
+  }
+
+  void Proceed(Op op, bool ok) {
+    switch (op) {
+      case Op::kStarted:
+        if (!ok) {
+          delete this;
+          return;
+        }
+        new Stream(service_, cq_, worker_);
+        io_.Read(&batch_, &read_);
+        return;
+      case Op::kRead:
+        if (!ok) {
+          io_.Finish(grpc::Status::OK, &finished_);
+          return;
+        }
+        ack_.set_acked_seq(batch_.seq());
+        if (worker_ == nullptr) {
+          io_.Write(ack_, &written_);
+        } else {
+          worker_->Submit([this] { io_.Write(ack_, &written_); });
+        }
+        return;
+      case Op::kWritten:
+        if (!ok) {
+          io_.Finish(grpc::Status::OK, &finished_);
+          return;
+        }
+        io_.Read(&batch_, &read_);
+        return;
+      case Op::kFinished:
+        delete this;
+        return;
+    }
+  }
+
+ private:
+  vigil::v1::Ingest::AsyncService* const service_;
+  grpc::ServerCompletionQueue* const cq_;
+  Worker* const worker_;
+  grpc::ServerContext context_;
+  grpc::ServerAsyncReaderWriter<vigil::v1::Ack, vigil::v1::FrameBatch> io_;
+  Tag started_{this, Op::kStarted};
+  Tag read_{this, Op::kRead};
+  Tag written_{this, Op::kWritten};
+  Tag finished_{this, Op::kFinished};
+  vigil::v1::FrameBatch batch_;
+  vigil::v1::Ack ack_;
+};
+
+std::string FlagValue(std::string_view arg, std::string_view name) {
+  const std::string prefix = "--" + std::string(name) + "=";
+  if (arg.substr(0, prefix.size()) != prefix) return "";
+  return std::string(arg.substr(prefix.size()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string grpc_listen, http_listen, ack_from = "worker";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (std::string v = FlagValue(arg, "grpc-listen"); !v.empty()) grpc_listen = v;
+    if (std::string v = FlagValue(arg, "http-listen"); !v.empty()) http_listen = v;
+    if (std::string v = FlagValue(arg, "ack-from"); !v.empty()) ack_from = v;
+  }
+  if (grpc_listen.empty() || http_listen.empty() ||
+      (ack_from != "cq" && ack_from != "worker")) {
+    std::fprintf(stderr,
+                 "usage: grpc_floor_server --grpc-listen=ADDR --http-listen=HOST:PORT "
+                 "[--ack-from=cq|worker]\n");
+    return 2;
+  }
+  const size_t colon = http_listen.rfind(':');
+  if (colon == std::string::npos) {
+    std::fprintf(stderr, "--http-listen: expected HOST:PORT, got %s\n", http_listen.c_str());
+    return 2;
+  }
+
+  vigil::v1::Ingest::AsyncService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(grpc_listen, grpc::InsecureServerCredentials(), &port);
+  // vigil-server's settings (server/server.cc), so the floor is its floor.
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "cannot listen for gRPC on %s\n", grpc_listen.c_str());
+    return 1;
+  }
+  std::unique_ptr<Worker> worker;
+  if (ack_from == "worker") worker = std::make_unique<Worker>();
+  new Stream(&service, cq.get(), worker.get());
+  std::thread poller([q = cq.get()] {
+    void* tag = nullptr;
+    bool ok = false;
+    while (q->Next(&tag, &ok)) {
+      Stream::Tag* t = static_cast<Stream::Tag*>(tag);
+      t->stream->Proceed(t->op, ok);
+    }
+  });
+
+  httplib::Server http;
+  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  // ingest_bench ends the run with SIGTERM; the default action ends the
+  // process, which is all a floor measurement needs.
+  if (!http.listen(http_listen.substr(0, colon), std::stoi(http_listen.substr(colon + 1)))) {
+    std::fprintf(stderr, "cannot listen for HTTP on %s\n", http_listen.c_str());
+    return 1;
+  }
+  server->Shutdown();
+  cq->Shutdown();
+  poller.join();
+  return 0;
+}
