@@ -357,7 +357,9 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
               "(RESOURCE_EXHAUSTED)");
     r.Integer(*s, "storage", "frame_log_checkpoint_mb", 1, 1 << 20, 1 << 20,
               &o->frame_log_checkpoint_bytes,
-              "MiB of frame log that trigger a checkpoint of the open blocks");
+              "MiB of frame log that trigger a checkpoint of the open blocks: "
+              "smaller writes more pieces per sample, larger replays more "
+              "after a crash");
     r.Integer(*s, "storage", "memtable_mb", 0, 1 << 20, 1 << 20,
               &o->memtable_budget_bytes,
               "MiB all RocksDB memtables together may hold before the largest is "

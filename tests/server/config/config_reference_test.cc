@@ -62,7 +62,7 @@ TEST(ServerConfigReferenceTest, DefaultsAreTheOptionsDefaultsInTheKeysUnits) {
   EXPECT_EQ(default_of("storage.raw_retention_days"), 7);
   EXPECT_EQ(default_of("storage.rollup_retention_days"), 183);
   EXPECT_EQ(default_of("storage.memtable_mb"), o.memtable_budget_bytes >> 20);
-  EXPECT_EQ(default_of("storage.frame_log_checkpoint_mb"), 64);
+  EXPECT_EQ(default_of("storage.frame_log_checkpoint_mb"), 256);
   EXPECT_EQ(default_of("ingest.max_message_mb"), o.max_message_bytes >> 20);
   EXPECT_EQ(default_of("http.threads"), o.http_threads);
   EXPECT_EQ(default_of("detection.learn_steps"), o.detector.baseline.learn_steps);
