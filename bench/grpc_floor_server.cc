@@ -13,9 +13,13 @@
 //                        the batch is read; worker (default): a second
 //                        thread writes it, as vigil-server's frame worker
 //                        does after detection, so the cost of that hop shows
+//   --worker-nap-us=N    the worker, woken for a batch, sleeps N µs before
+//                        running what is queued: fewer wake-ups, later acks
 // Other flags (those ingest_bench passes to vigil-server) are ignored.
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -34,7 +38,7 @@ namespace {
 // Runs tasks on one thread, in order, as a frame worker does.
 class Worker {
  public:
-  Worker() : thread_([this] { Loop(); }) {}
+  explicit Worker(int nap_us) : nap_us_(nap_us), thread_([this] { Loop(); }) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -44,19 +48,32 @@ class Worker {
     thread_.join();
   }
   void Submit(std::function<void()> task) {
+    bool napping;
     {
       std::lock_guard<std::mutex> l(mu_);
       tasks_.push_back(std::move(task));
+      napping = napping_;
     }
-    cv_.notify_one();
+    if (!napping) cv_.notify_one();
   }
 
  private:
+  // Waits for work; with a nap, lets more tasks gather first (they do
+  // not notify meanwhile), then runs all that is queued.
   void Loop() {
     std::unique_lock<std::mutex> l(mu_);
     while (true) {
-      cv_.wait(l, [this] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;
+      if (tasks_.empty()) {
+        cv_.wait(l, [this] { return stopping_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        if (nap_us_ > 0) {
+          napping_ = true;
+          l.unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(nap_us_));
+          l.lock();
+          napping_ = false;
+        }
+      }
       std::function<void()> task = std::move(tasks_.front());
       tasks_.pop_front();
       l.unlock();
@@ -68,6 +85,8 @@ class Worker {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
+  bool napping_ = false;
+  const int nap_us_;
   std::thread thread_;
 };
 
@@ -146,21 +165,34 @@ std::string FlagValue(std::string_view arg, std::string_view name) {
 
 int main(int argc, char** argv) {
   std::string grpc_listen, http_listen, ack_from = "worker";
+  int nap_us = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (std::string v = FlagValue(arg, "grpc-listen"); !v.empty()) grpc_listen = v;
     if (std::string v = FlagValue(arg, "http-listen"); !v.empty()) http_listen = v;
     if (std::string v = FlagValue(arg, "ack-from"); !v.empty()) ack_from = v;
+    if (std::string v = FlagValue(arg, "worker-nap-us"); !v.empty()) {
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || n < 0 || n > 1'000'000) {
+        std::fprintf(stderr, "--worker-nap-us: expected 0..1000000, got %s\n", v.c_str());
+        return 2;
+      }
+      nap_us = static_cast<int>(n);
+    }
   }
   if (grpc_listen.empty() || http_listen.empty() ||
       (ack_from != "cq" && ack_from != "worker")) {
     std::fprintf(stderr,
                  "usage: grpc_floor_server --grpc-listen=ADDR --http-listen=HOST:PORT "
-                 "[--ack-from=cq|worker]\n");
+                 "[--ack-from=cq|worker] [--worker-nap-us=N]\n");
     return 2;
   }
   const size_t colon = http_listen.rfind(':');
-  if (colon == std::string::npos) {
+  char* port_end = nullptr;
+  const long http_port =
+      colon == std::string::npos ? -1 : std::strtol(http_listen.c_str() + colon + 1, &port_end, 10);
+  if (http_port <= 0 || http_port > 65535 || *port_end != '\0') {
     std::fprintf(stderr, "--http-listen: expected HOST:PORT, got %s\n", http_listen.c_str());
     return 2;
   }
@@ -182,7 +214,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<Worker> worker;
-  if (ack_from == "worker") worker = std::make_unique<Worker>();
+  if (ack_from == "worker") worker = std::make_unique<Worker>(nap_us);
   new Stream(&service, cq.get(), worker.get());
   std::thread poller([q = cq.get()] {
     void* tag = nullptr;
@@ -199,7 +231,7 @@ int main(int argc, char** argv) {
   });
   // ingest_bench ends the run with SIGTERM; the default action ends the
   // process, which is all a floor measurement needs.
-  if (!http.listen(http_listen.substr(0, colon), std::stoi(http_listen.substr(colon + 1)))) {
+  if (!http.listen(http_listen.substr(0, colon), static_cast<int>(http_port))) {
     std::fprintf(stderr, "cannot listen for HTTP on %s\n", http_listen.c_str());
     return 1;
   }
