@@ -201,8 +201,9 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(grpc_listen, grpc::InsecureServerCredentials(), &port);
-  // vigil-server's settings (server/server.cc), so the floor is its floor.
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  // vigil-server's settings with its defaults (server/server.cc; the
+  // message limit is ingest.max_message_mb, 4 MiB), so the floor is its floor.
+  builder.SetMaxReceiveMessageSize(4 << 20);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
