@@ -55,6 +55,11 @@ std::vector<v1::Frame> SplitFrame(v1::Frame frame, size_t max_bytes) {
 
 }  // namespace
 
+void SetIngestChannelArguments(grpc::ChannelArguments* args) {
+  args->SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args->SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+}
+
 // One open Ingest.Stream and what owns it.
 struct StreamClient::Stream {
   std::shared_ptr<grpc::Channel> channel;
@@ -367,8 +372,7 @@ void StreamClient::RunStream(int* code, std::string* message, bool* acked,
   }
   Stream stream;
   grpc::ChannelArguments args;
-  // A fresh subchannel per attempt: our backoff, not gRPC's, paces retries.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  SetIngestChannelArguments(&args);
   if (!security->server_name_override.empty())
     args.SetSslTargetNameOverride(security->server_name_override);
   stream.channel = grpc::CreateCustomChannel(target,

@@ -25,6 +25,7 @@
 #include "vigil/v1/ingest.pb.h"
 
 namespace grpc {
+class ChannelArguments;
 class ClientContext;
 }  // namespace grpc
 
@@ -32,6 +33,14 @@ namespace vigil::agent {
 
 // Version string sent in Hello.
 inline constexpr char kAgentVersion[] = "0.1.0";
+
+// Sets the gRPC channel arguments of an agent's ingest connection on
+// `args`: a connection of its own per attempt (our backoff, not gRPC's,
+// paces retries) and no bandwidth-delay-product probes (a ping for each
+// ack the agent reads costs the server as much as the agent; see
+// bench/RESULTS.md "The transport's floor"). Benchmarks that stand in for
+// agents use it too, so they load the server as agents do.
+void SetIngestChannelArguments(grpc::ChannelArguments* args);
 
 // Configuration of a StreamClient.
 struct StreamClientOptions {

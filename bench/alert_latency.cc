@@ -40,6 +40,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "agent/stream_client.h"
 #include "bench/bench_load.h"
 
 namespace {
@@ -197,7 +198,7 @@ struct Fault {
 bool StreamToVigil(const Args& args, const NodeLoad& load, Steady::time_point t0,
                    const std::atomic<bool>& done, std::atomic<int64_t>* fault_sent) {
   grpc::ChannelArguments ch;
-  ch.SetInt("grpc.use_local_subchannel_pool", 1);
+  vigil::agent::SetIngestChannelArguments(&ch);
   auto stub = vigil::v1::Ingest::NewStub(grpc::CreateCustomChannel(
       "127.0.0.1:" + std::to_string(args.grpc_port), grpc::InsecureChannelCredentials(), ch));
   grpc::ClientContext ctx;

@@ -29,6 +29,7 @@
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 
+#include "agent/stream_client.h"
 #include "bench/bench_load.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
@@ -93,7 +94,7 @@ void RunNode(const Args& args, int index, const NodeFault& fault, double start_w
   std::snprintf(job_name, sizeof(job_name), "job-%03d", job);
   NodeSource source(NodeName(index), job_name, 1000 + job, fault);
   grpc::ChannelArguments ch;
-  ch.SetInt("grpc.use_local_subchannel_pool", 1);  // a connection per node
+  vigil::agent::SetIngestChannelArguments(&ch);  // a connection per node
   auto stub = vigil::v1::Ingest::NewStub(
       grpc::CreateCustomChannel(args.server, grpc::InsecureChannelCredentials(), ch));
   grpc::ClientContext ctx;

@@ -15,6 +15,9 @@
 //                        does after detection, so the cost of that hop shows
 //   --worker-nap-us=N    the worker, woken for a batch, sleeps N µs before
 //                        running what is queued: fewer wake-ups, later acks
+//   --channel-arg=NAME=N an integer gRPC channel argument on top of
+//                        vigil-server's (repeatable), to try a setting on
+//                        the floor before vigil-server takes it
 // Other flags (those ingest_bench passes to vigil-server) are ignored.
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +30,8 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
@@ -166,8 +171,19 @@ std::string FlagValue(std::string_view arg, std::string_view name) {
 int main(int argc, char** argv) {
   std::string grpc_listen, http_listen, ack_from = "worker";
   int nap_us = 0;
+  std::vector<std::pair<std::string, int>> channel_args;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
+    if (std::string v = FlagValue(arg, "channel-arg"); !v.empty()) {
+      const size_t eq = v.find('=');
+      char* end = nullptr;
+      const long n = eq == std::string::npos ? 0 : std::strtol(v.c_str() + eq + 1, &end, 10);
+      if (eq == std::string::npos || eq == 0 || end == v.c_str() + eq + 1 || *end != '\0') {
+        std::fprintf(stderr, "--channel-arg: expected NAME=INTEGER, got %s\n", v.c_str());
+        return 2;
+      }
+      channel_args.emplace_back(v.substr(0, eq), static_cast<int>(n));
+    }
     if (std::string v = FlagValue(arg, "grpc-listen"); !v.empty()) grpc_listen = v;
     if (std::string v = FlagValue(arg, "http-listen"); !v.empty()) http_listen = v;
     if (std::string v = FlagValue(arg, "ack-from"); !v.empty()) ack_from = v;
@@ -185,7 +201,7 @@ int main(int argc, char** argv) {
       (ack_from != "cq" && ack_from != "worker")) {
     std::fprintf(stderr,
                  "usage: grpc_floor_server --grpc-listen=ADDR --http-listen=HOST:PORT "
-                 "[--ack-from=cq|worker] [--worker-nap-us=N]\n");
+                 "[--ack-from=cq|worker] [--worker-nap-us=N] [--channel-arg=NAME=N]...\n");
     return 2;
   }
   const size_t colon = http_listen.rfind(':');
@@ -207,6 +223,7 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  for (const auto& [name, value] : channel_args) builder.AddChannelArgument(name, value);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -29,6 +29,7 @@
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 
+#include "agent/stream_client.h"
 #include "bench/bench_load.h"
 #include "vigil/v1/ingest.grpc.pb.h"
 
@@ -179,7 +180,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < args.nodes; ++i) {
       senders.emplace_back([&, i] {
         grpc::ChannelArguments ch_args;
-        ch_args.SetInt("grpc.use_local_subchannel_pool", 1);  // own connection
+        vigil::agent::SetIngestChannelArguments(&ch_args);  // as an agent's
         auto channel = grpc::CreateCustomChannel(
             grpc_addr, grpc::InsecureChannelCredentials(), ch_args);
         // Paced streams start spread over one period, as agents' ticks are.

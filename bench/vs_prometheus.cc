@@ -31,6 +31,7 @@
 #include <httplib.h>
 #include <rocksdb/db.h>
 
+#include "agent/stream_client.h"
 #include "bench/bench_load.h"
 #include "bench/noisy_data.h"
 
@@ -162,7 +163,7 @@ Result RunVigil(const Args& args, const std::vector<NodeLoad>& loads, uint64_t s
   std::vector<std::unique_ptr<Stream>> streams;
   for (int n = 0; n < args.nodes; ++n) {
     grpc::ChannelArguments ch;
-    ch.SetInt("grpc.use_local_subchannel_pool", 1);
+    vigil::agent::SetIngestChannelArguments(&ch);
     auto s = std::make_unique<Stream>();
     s->stub = vigil::v1::Ingest::NewStub(grpc::CreateCustomChannel(
         "127.0.0.1:" + std::to_string(args.grpc_port), grpc::InsecureChannelCredentials(), ch));

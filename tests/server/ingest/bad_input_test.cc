@@ -4,6 +4,7 @@
 // invalid UTF-8 reaches the service and is refused with a reason.
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -303,6 +304,35 @@ TEST(OversizedBatchTest, IsRefusedByGrpcAndKeepsWhatWasAcked) {
       t.server.store()->ListSeries(SeriesFilter{"", "", "gpu_power_watts"});
   ASSERT_EQ(series.size(), 1u);
   EXPECT_EQ(t.server.store()->Query(series[0].id, 0, 1e12)->size(), 1u);
+}
+
+// A catch-up batch near the message limit passes gRPC's flow control, which
+// the server runs without bandwidth probes (server/server.cc, kBdpProbe):
+// the stream's window must still open for a message of ~3.8 MiB.
+TEST(LargeBatchTest, JustUnderTheMessageLimitIsAcked) {
+  TestServer t;
+  IngestClient client(t.server.grpc_port());
+  client.Open();
+  ASSERT_TRUE(client.Send(ValidFirstBatch()).has_value());
+  v1::FrameBatch large = Batch(2);
+  for (int f = 0; f < 420; ++f) {  // 420 frames x 1,000 samples x ~9 bytes
+    v1::Frame* frame = large.add_frames();
+    *frame = Frame("llm", kT0 - 99 + f * 0.1, {}, {});
+    for (int i = 0; i < 1'000; ++i) {
+      frame->add_series_ids(1);
+      frame->add_values(250.0 + i);
+    }
+  }
+  ASSERT_GT(large.ByteSizeLong(), size_t{3'700'000});
+  ASSERT_LT(large.ByteSizeLong(), size_t{4} << 20);
+  std::optional<v1::Ack> ack = client.Send(large);
+  ASSERT_TRUE(ack.has_value()) << client.Finish().error_message();
+  EXPECT_EQ(ack->acked_seq(), 2u);
+  std::vector<SeriesInfo> series =
+      t.server.store()->ListSeries(SeriesFilter{"", "", "gpu_power_watts"});
+  ASSERT_EQ(series.size(), 1u);
+  // One sample a frame is new; the rest repeat its timestamp.
+  EXPECT_EQ(t.server.store()->Query(series[0].id, 0, 1e12)->size(), 421u);
 }
 
 }  // namespace
