@@ -46,15 +46,6 @@ namespace {
 constexpr int kKeepaliveMs = 30'000;
 constexpr int kKeepaliveTimeoutMs = 10'000;
 
-// gRPC's bandwidth-delay-product probe is off: it sends a PING after data
-// arrives to grow a stream's flow-control window for bulk transfers, and a
-// 1 Hz agent's one small batch a second made every batch cost a ping, its
-// ack and a timer (29 % of the transport's CPU at 1,250 streams,
-// bench/RESULTS.md "The transport's floor"). The window stays at gRPC's
-// default, which a catch-up batch at the message limit still passes
-// (tests/server/ingest/bad_input_test.cc, LargeBatchTest).
-constexpr int kBdpProbe = 0;
-
 // Seconds without a detection tick (every second) after which the server
 // is not working: its dead-man's switch stops beating.
 constexpr double kDetectionStallSeconds = 30;
@@ -431,7 +422,12 @@ absl::Status VigilServer::Start() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, kBdpProbe);
+  // Off by default (ingest.grpc_bdp_probe): the probe sends a PING after
+  // data arrives to grow a stream's flow-control window for bulk transfers,
+  // and a 1 Hz agent's one small batch a second made every batch cost a
+  // ping, its ack and a timer. A catch-up batch at the message limit still
+  // passes (tests/server/ingest/bad_input_test.cc, LargeBatchTest).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, options_.grpc_bdp_probe ? 1 : 0);
   ingest->AddTo(builder);
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || grpc_port == 0)

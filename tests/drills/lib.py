@@ -427,12 +427,50 @@ def _port_open(port):
         return False
 
 
+class H2DataScanner:
+    """Follows one direction of a plaintext HTTP/2 connection chunk by chunk
+    and says whether a chunk carried (part of) a DATA frame: a gRPC message,
+    as opposed to the PINGs, SETTINGS and WINDOW_UPDATEs around it."""
+
+    PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+    def __init__(self, client_side):
+        self.skip = len(self.PREFACE) if client_side else 0  # bytes to pass over
+        self.header = b""          # a frame header split across chunks
+        self.in_data = False       # the bytes being skipped are a DATA payload
+
+    def feed(self, data):
+        seen = False
+        i = 0
+        while i < len(data):
+            if self.skip > 0:
+                n = min(self.skip, len(data) - i)
+                seen = seen or (self.in_data and n > 0)
+                self.skip -= n
+                i += n
+                continue
+            need = 9 - len(self.header)
+            self.header += data[i:i + need]
+            i += min(need, len(data) - i)
+            if len(self.header) < 9:
+                break
+            length = int.from_bytes(self.header[:3], "big")
+            self.in_data = self.header[3] == 0
+            seen = seen or (self.in_data and length > 0)
+            self.skip = length
+            self.header = b""
+        return seen
+
+
 class TcpProxy:
     """Forwards 127.0.0.1:port to an upstream address. cut(): a black hole —
     connections are accepted but nothing is forwarded or answered either way
     (bytes wait in the kernel, as behind a dead link); restore(): traffic
-    flows again. Also times each client->server write to the next
-    server->client write (ack latency as an agent sees it)."""
+    flows again. Also times each client->server write that carries a gRPC
+    message to the next server->client one (ack latency as an agent sees
+    it; the gRPC connection must be plaintext). Transport frames (pings,
+    window updates) are not messages: counting them timed gRPC's ping
+    replies, not acks."""
 
     def __init__(self, env, upstream):
         host, port = upstream.rsplit(":", 1)
@@ -486,6 +524,8 @@ class TcpProxy:
             return
         u.settimeout(None)
         pending_since = None
+        to_server = H2DataScanner(client_side=True)
+        to_client = H2DataScanner(client_side=False)
         # poll, not select: select() fails on descriptors past 1,024.
         poller = select.poll()
         by_fd = {c.fileno(): c, u.fileno(): u}
@@ -507,11 +547,11 @@ class TcpProxy:
                     now = time.monotonic()
                     if s is c:
                         u.sendall(data)
-                        if pending_since is None:
+                        if to_server.feed(data) and pending_since is None:
                             pending_since = now
                     else:
                         c.sendall(data)
-                        if pending_since is not None:
+                        if to_client.feed(data) and pending_since is not None:
                             self.latencies.append(now - pending_since)
                             pending_since = None
         except OSError:

@@ -15,6 +15,7 @@ TEST(ConfigTest, EmptyObjectKeepsDefaults) {
   EXPECT_EQ(options.raw_retention_seconds, 7 * 86400.0);
   EXPECT_EQ(options.max_future_skew_seconds, 300);
   EXPECT_EQ(options.max_message_bytes, 4 << 20);
+  EXPECT_FALSE(options.grpc_bdp_probe);
   EXPECT_FALSE(options.memory);
 }
 
@@ -28,7 +29,8 @@ TEST(ConfigTest, AppliesEveryKey) {
                 "sync_frame_log": true, "block_samples": 100,
                 "block_seconds": 600, "max_series": 5000,
                 "frame_log_checkpoint_mb": 8, "memtable_mb": 16},
-    "ingest": {"max_future_skew_seconds": 60, "max_message_mb": 2},
+    "ingest": {"max_future_skew_seconds": 60, "max_message_mb": 2,
+               "grpc_bdp_probe": true},
     "http": {"max_points": 1000, "threads": 3}})",
                                      &options);
   ASSERT_TRUE(s.ok()) << s;
@@ -47,6 +49,7 @@ TEST(ConfigTest, AppliesEveryKey) {
   EXPECT_EQ(options.memtable_budget_bytes, 16u << 20);
   EXPECT_EQ(options.max_future_skew_seconds, 60);
   EXPECT_EQ(options.max_message_bytes, 2 << 20);
+  EXPECT_TRUE(options.grpc_bdp_probe);
   EXPECT_EQ(options.max_query_points, 1000u);
   EXPECT_EQ(options.http_threads, 3);
 }

@@ -307,7 +307,8 @@ TEST(OversizedBatchTest, IsRefusedByGrpcAndKeepsWhatWasAcked) {
 }
 
 // A catch-up batch near the message limit passes gRPC's flow control, which
-// the server runs without bandwidth probes (server/server.cc, kBdpProbe):
+// the server runs without bandwidth probes by default
+// (ingest.grpc_bdp_probe, server/config/config.h):
 // the stream's window must still open for a message of ~3.8 MiB.
 TEST(LargeBatchTest, JustUnderTheMessageLimitIsAcked) {
   TestServer t;
