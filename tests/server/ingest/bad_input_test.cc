@@ -286,11 +286,21 @@ INSTANTIATE_TEST_SUITE_P(
                      "batch 1 frame 0: unknown series id 7", ""}),
     CaseName);
 
-TEST(OversizedBatchTest, IsRefusedByGrpcAndKeepsWhatWasAcked) {
+// A server and a stream of it whose first batch (ValidFirstBatch) was acked.
+class AfterFirstBatch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    client.Open();
+    ASSERT_TRUE(client.Send(ValidFirstBatch()).has_value());
+  }
+
   TestServer t;
-  IngestClient client(t.server.grpc_port());
-  client.Open();
-  ASSERT_TRUE(client.Send(ValidFirstBatch()).has_value());
+  IngestClient client{t.server.grpc_port()};
+};
+using OversizedBatchTest = AfterFirstBatch;
+using LargeBatchTest = AfterFirstBatch;
+
+TEST_F(OversizedBatchTest, IsRefusedByGrpcAndKeepsWhatWasAcked) {
   v1::FrameBatch huge = Batch(2);
   v1::Frame* frame = huge.add_frames();
   *frame = Frame("llm", kT0 - 50, {}, {});
@@ -310,11 +320,7 @@ TEST(OversizedBatchTest, IsRefusedByGrpcAndKeepsWhatWasAcked) {
 // the server runs without bandwidth probes by default
 // (ingest.grpc_bdp_probe, server/config/config.h):
 // the stream's window must still open for a message of ~3.8 MiB.
-TEST(LargeBatchTest, JustUnderTheMessageLimitIsAcked) {
-  TestServer t;
-  IngestClient client(t.server.grpc_port());
-  client.Open();
-  ASSERT_TRUE(client.Send(ValidFirstBatch()).has_value());
+TEST_F(LargeBatchTest, JustUnderTheMessageLimitIsAcked) {
   v1::FrameBatch large = Batch(2);
   for (int f = 0; f < 420; ++f) {  // 420 frames x 1,000 samples x ~9 bytes
     v1::Frame* frame = large.add_frames();
