@@ -38,8 +38,8 @@ inline constexpr char kAgentVersion[] = "0.1.0";
 // `args`: a connection of its own per attempt (our backoff, not gRPC's,
 // paces retries) and no bandwidth-delay-product probes (a ping for each
 // ack the agent reads costs the server as much as the agent; see
-// bench/RESULTS.md "The transport's floor"). Benchmarks that stand in for
-// agents use it too, so they load the server as agents do.
+// bench/RESULTS.md, "gRPC's bandwidth probe off"). Benchmarks that stand
+// in for agents use it too, so they load the server as agents do.
 void SetIngestChannelArguments(grpc::ChannelArguments* args);
 
 // Configuration of a StreamClient.

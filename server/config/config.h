@@ -223,7 +223,7 @@ struct ServerOptions {
   int max_message_bytes = 4 << 20;
   // gRPC's bandwidth-delay-product probe on the agents' streams: off, a 1 Hz
   // agent's batch costs no ping, and a batch over 64 KiB waits a round trip
-  // for its window (bench/RESULTS.md, "The transport's floor").
+  // for its window (bench/RESULTS.md, "gRPC's bandwidth probe off").
   bool grpc_bdp_probe = false;
   // Series limits (0: none); refused series lose their samples, the rest of
   // the batch is kept (server/ingest/ingest_service.h). Series one agent stream

@@ -2,7 +2,10 @@
 #include "agent/stream_client.h"
 
 #include <memory>
+#include <string>
 #include <vector>
+
+#include <grpcpp/support/channel_arguments.h>
 
 #include "gtest/gtest.h"
 #include "tests/agent/fake_ingest_server.h"
@@ -149,6 +152,24 @@ TEST(StreamClientTest, EnqueueRejectsMalformedFrames) {
   EXPECT_EQ(client->RegisterSeries({"bad name", {}}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(StreamClient::Create({}).ok());
+}
+
+// The agent's connection: its own subchannel (our backoff paces retries)
+// and no bandwidth probes (a ping for every ack read costs the server CPU;
+// bench/RESULTS.md, "gRPC's bandwidth probe off").
+TEST(StreamClientTest, IngestChannelHasItsOwnSubchannelAndNoBandwidthProbe) {
+  grpc::ChannelArguments args;
+  SetIngestChannelArguments(&args);
+  const grpc_channel_args c = args.c_channel_args();
+  auto int_arg = [&](const std::string& key) -> int {
+    for (size_t i = 0; i < c.num_args; ++i) {
+      if (key == c.args[i].key && c.args[i].type == GRPC_ARG_INTEGER)
+        return c.args[i].value.integer;
+    }
+    return -1;
+  };
+  EXPECT_EQ(int_arg(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL), 1);
+  EXPECT_EQ(int_arg(GRPC_ARG_HTTP2_BDP_PROBE), 0);
 }
 
 }  // namespace
