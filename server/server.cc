@@ -213,6 +213,7 @@ absl::Status VigilServer::Start() {
     rocks.sync_frame_log = options_.sync_frame_log;
     rocks.frame_log_checkpoint_bytes = options_.frame_log_checkpoint_bytes;
     rocks.memtable_budget_bytes = options_.memtable_budget_bytes;
+    rocks.idle_block_seconds = options_.idle_block_seconds;
     VIGIL_ASSIGN_OR_RETURN(store, OpenRocksDbStore(rocks));
   }
   // Rollups to a remote-write endpoint: credential files are read here; the

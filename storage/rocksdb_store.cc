@@ -17,8 +17,10 @@
 // `day` is that of the block start, so raw retention deletes whole days.
 //
 // Durability: Append() writes its frames to the frame log (frame_log.h)
-// before touching memory. A block that fills is written to `raw` in one
-// batch with its cursor in `open` and the deletion of its pieces. A
+// before touching memory. A block that fills, or whose series has sent
+// nothing for idle_block_seconds (closed by the maintenance thread), is
+// written to `raw` in one batch with its cursor in `open` and the deletion
+// of its pieces. A
 // checkpoint (log over frame_log_checkpoint_bytes, Flush(), close) starts a
 // new log segment, then writes the unwritten tail of every open block as a
 // piece, then "log_start" = the new segment, then deletes older segments
@@ -77,6 +79,10 @@ namespace {
 
 // Clock seconds between retention passes of the maintenance thread.
 constexpr double kRetentionInterval = 600;
+// Clock seconds between the maintenance thread's passes over the open
+// blocks (idle ones closed, the open-block gauges counted) at most; a third
+// of idle_block_seconds when that is shorter.
+constexpr double kOpenBlockScanInterval = 60;
 constexpr int64_t kDayMs = 86'400'000;
 // Series per batch when turning an expired day into rollups.
 constexpr size_t kRetentionBatchSeries = 1024;
@@ -254,6 +260,9 @@ struct Block {
   // False until a block of the series closed (or one was loaded): the
   // first block of a new series is cut short (FirstBlockShare).
   bool phased = false;
+  // When its last sample was accepted, in the store's clock seconds since
+  // the store opened (RocksDbStoreOptions::idle_block_seconds).
+  uint32_t touched_s = 0;
 };
 
 // How far ahead of the sample it appends ApplyFrames prefetches blocks and
@@ -291,7 +300,9 @@ class RocksDbStore : public SeriesStore {
   explicit RocksDbStore(const RocksDbStoreOptions& options)
       : options_(options),
         block_ms_(TsToMillis(options.store.block_seconds)),
-        next_retention_(options.store.clock->Now() + kRetentionInterval) {}
+        opened_at_(options.store.clock->Now()),
+        next_retention_(opened_at_ + kRetentionInterval),
+        next_block_scan_(opened_at_ + BlockScanInterval()) {}
 
   ~RocksDbStore() override {
     StopMaintenance();
@@ -352,9 +363,26 @@ class RocksDbStore : public SeriesStore {
                        rocksdb::WriteBatch* batch, std::string_view what)
       ABSL_LOCKS_EXCLUDED(health_mu_);
   // Applies validated frames to the open blocks; closed blocks go to `batch`.
-  void ApplyFrames(std::span<const FrameColumns> frames, AppendResult* result,
-                   rocksdb::WriteBatch* batch)
+  // `now_s` is StoreSeconds() of the append.
+  void ApplyFrames(std::span<const FrameColumns> frames, uint32_t now_s,
+                   AppendResult* result, rocksdb::WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `now` (the store's clock) in whole seconds since the store opened.
+  uint32_t StoreSeconds(double now) const {
+    return static_cast<uint32_t>(std::clamp(
+        now - opened_at_, 0.0,
+        static_cast<double>(std::numeric_limits<uint32_t>::max())));
+  }
+  double BlockScanInterval() const {
+    return options_.idle_block_seconds > 0
+               ? std::min(kOpenBlockScanInterval, options_.idle_block_seconds / 3)
+               : kOpenBlockScanInterval;
+  }
+  // One pass over the open blocks, in slices that release mu_ in between:
+  // closes those idle for idle_block_seconds and counts the others for
+  // Stats(). An error is the failed write of closed blocks (owed, as for
+  // Append).
+  absl::Status ScanOpenBlocks() ABSL_LOCKS_EXCLUDED(mu_);
   // Adds `block` of `id` to `batch` as a raw chunk and empties it.
   void CloseBlock(SeriesId id, Block* block, rocksdb::WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -429,6 +457,7 @@ class RocksDbStore : public SeriesStore {
 
   const RocksDbStoreOptions options_;
   const int64_t block_ms_;
+  const double opened_at_;  // the store's clock when it opened
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 
@@ -460,6 +489,11 @@ class RocksDbStore : public SeriesStore {
   uint64_t torn_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t unknown_replayed_ ABSL_GUARDED_BY(mu_) = 0;
   double next_retention_ ABSL_GUARDED_BY(mu_);
+  double next_block_scan_ ABSL_GUARDED_BY(mu_);
+  // As of the last ScanOpenBlocks().
+  uint64_t open_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t open_block_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t idle_blocks_closed_ ABSL_GUARDED_BY(mu_) = 0;
   // Raw days up to this one are being rolled up; closing a block into one
   // of them bumps late_writes_ so the roll-up retries.
   int64_t retention_day_ ABSL_GUARDED_BY(mu_) =
@@ -687,7 +721,8 @@ absl::Status RocksDbStore::ReplayLog() {
                         absl::StrCat("frame log ", path, ": ", s.message()));
                   AppendResult ignored;
                   rocksdb::WriteBatch batch;
-                  ApplyFrames(known, &ignored, &batch);
+                  ApplyFrames(known, StoreSeconds(options_.store.clock->Now()),
+                              &ignored, &batch);
                   return WriteLocked(&batch);
                 }));
     if (r.torn_bytes > 0 && !last)
@@ -701,7 +736,7 @@ absl::Status RocksDbStore::ReplayLog() {
 }
 
 void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
-                               AppendResult* result,
+                               uint32_t now_s, AppendResult* result,
                                rocksdb::WriteBatch* batch) {
   const uint32_t block_samples = std::max<uint32_t>(1, options_.store.block_samples);
   for (const FrameColumns& frame : frames) {
@@ -732,6 +767,7 @@ void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
       if (b.samples.empty()) b.start_ms = ts_ms;
       if (b.samples.size() == b.checkpointed.count) dirty_.push_back(id);
       b.samples.Append(ts_ms, frame.values[i]);
+      b.touched_s = now_s;
       if (b.samples.size() >= std::max<uint64_t>(1, uint64_t{block_samples} * share / 1024))
         CloseBlock(id, &b, batch);
     }
@@ -1015,7 +1051,8 @@ absl::Status RocksDbStore::Append(std::span<const FrameColumns> frames,
         ++recoveries_;
       }
       rocksdb::WriteBatch batch;
-      ApplyFrames(frames, &local, &batch);
+      const double now = options_.store.clock->Now();
+      ApplyFrames(frames, StoreSeconds(now), &local, &batch);
       appended_ += local.accepted;
       dropped_ += local.duplicates + local.out_of_order;
       // The samples are durable in the frame log: a failed chunk write does
@@ -1023,7 +1060,7 @@ absl::Status RocksDbStore::Append(std::span<const FrameColumns> frames,
       // the maintenance thread has written what is owed.
       maintenance_due = !WriteLocked(&batch).ok() ||
                         log_->size() >= options_.frame_log_checkpoint_bytes ||
-                        options_.store.clock->Now() >= next_retention_;
+                        now >= next_retention_;
     }
   }
   if (maintenance_due) Kick();
@@ -1515,6 +1552,53 @@ void RocksDbStore::MaintenanceLoop() {
     if (retention_due) {
       if (absl::Status s = EnforceRetention(); !s.ok()) NoteError(s);
     }
+    bool scan_due;
+    {
+      absl::MutexLock l(&mu_);
+      const double now = options_.store.clock->Now();
+      scan_due = now >= next_block_scan_;
+      if (scan_due) next_block_scan_ = now + BlockScanInterval();
+    }
+    // A failed write is owed, as for Append: the next pass recovers.
+    if (scan_due) (void)ScanOpenBlocks();
+  }
+}
+
+absl::Status RocksDbStore::ScanOpenBlocks() {
+  // Blocks looked at per hold of mu_ (a few hundred microseconds), and
+  // closes (~100 us each: decoding, chunk encoding) per hold at most, so
+  // that appends wait for one slice, as with checkpoints.
+  constexpr size_t kSlice = 4096;
+  constexpr int kMaxClosesPerSlice = 64;
+  const double idle = options_.idle_block_seconds;
+  uint64_t open = 0;
+  uint64_t bytes = 0;
+  for (SeriesId id = 0;;) {
+    absl::MutexLock l(&mu_);
+    // While writes fail, closing would only add to what is owed.
+    if (!refusal_.ok()) return refusal_;
+    const int64_t now_s = StoreSeconds(options_.store.clock->Now());
+    rocksdb::WriteBatch batch;
+    int closes = 0;
+    const size_t end = std::min<size_t>(blocks_.size(), size_t{id} + kSlice);
+    for (; id < end && closes < kMaxClosesPerSlice; ++id) {
+      Block& b = blocks_[id];
+      if (b.samples.empty()) continue;
+      if (idle > 0 && now_s - int64_t{b.touched_s} >= idle) {
+        CloseBlock(id, &b, &batch);
+        ++closes;
+        ++idle_blocks_closed_;
+        continue;
+      }
+      ++open;
+      bytes += b.samples.capacity_bytes();
+    }
+    VIGIL_RETURN_IF_ERROR(WriteLocked(&batch));
+    if (id >= blocks_.size()) {
+      open_blocks_ = open;
+      open_block_bytes_ = bytes;
+      return absl::OkStatus();
+    }
   }
 }
 
@@ -1604,6 +1688,9 @@ StoreStats RocksDbStore::Stats() const {
     stats.frame_log_bytes = log_ != nullptr ? log_->size() : 0;
     stats.frame_log_torn_bytes = torn_bytes_;
     stats.frame_log_unknown_samples = unknown_replayed_;
+    stats.open_blocks = open_blocks_;
+    stats.open_block_bytes = open_block_bytes_;
+    stats.idle_blocks_closed = idle_blocks_closed_;
   }
   uint64_t sst = 0;
   for (rocksdb::ColumnFamilyHandle* h : handles_) {
@@ -1626,6 +1713,9 @@ absl::StatusOr<std::unique_ptr<SeriesStore>> OpenRocksDbStore(
       options.store.block_seconds > kMaxBlockSeconds)
     return absl::InvalidArgumentError(absl::StrCat(
         "block_samples must be > 0 and block_seconds in (0, ", kMaxBlockSeconds, "]"));
+  if (!(options.idle_block_seconds >= 0) || !std::isfinite(options.idle_block_seconds))
+    return absl::InvalidArgumentError(
+        "idle_block_seconds must be a finite number >= 0 (0: never)");
   auto store = std::make_unique<RocksDbStore>(options);
   VIGIL_RETURN_IF_ERROR(store->Init());
   store->StartMaintenance();

@@ -32,10 +32,19 @@ struct RocksDbStoreOptions {
   // flushed to disk; 0: no such budget (RocksDB's 64 MiB a column family,
   // two each).
   uint64_t memtable_budget_bytes = 32 << 20;
-  // Checkpoints, retention and recovery from write errors run on the
-  // store's own maintenance thread, never in Append(). It wakes when the
-  // frame log passes frame_log_checkpoint_bytes or retention falls due,
-  // and at least this often (wall-clock seconds) to retry after an error.
+  // An open block whose series has had no sample for this many seconds of
+  // the store's clock is closed (written as a chunk, its checkpoint pieces
+  // deleted, its memory freed), after between this and 4/3 of it. Series
+  // stop for good when a job ends or a node moves to another job; without
+  // this their open blocks would stay in memory until raw retention (days),
+  // so memory would follow the series seen in a week instead of those
+  // alive. A series that resumes opens a new block. 0: never.
+  double idle_block_seconds = 900;
+  // Checkpoints, retention, closing idle blocks and recovery from write
+  // errors run on the store's own maintenance thread, never in Append(). It
+  // wakes when the frame log passes frame_log_checkpoint_bytes or retention
+  // falls due, and at least this often (wall-clock seconds) to retry after
+  // an error and to look for idle blocks.
   double maintenance_interval_seconds = 1;
   // The RocksDB environment, for tests that inject I/O faults; null: the
   // default. Not owned; must outlive the store.

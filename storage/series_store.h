@@ -108,6 +108,14 @@ struct StoreStats {
   // or skipped by a query that met them.
   uint64_t chunks_quarantined = 0;
   uint64_t corrupt_chunks_skipped = 0;
+  // Gauges as of the store's last pass over its open blocks (the RocksDB
+  // store: about once a minute; 0 in memory): series with an open block,
+  // and the bytes their compressed samples hold in memory.
+  uint64_t open_blocks = 0;
+  uint64_t open_block_bytes = 0;
+  // Open blocks closed because their series had stopped sending
+  // (RocksDbStoreOptions::idle_block_seconds).
+  uint64_t idle_blocks_closed = 0;
 };
 
 // One permanent, timestamped record in the events family (incidents,

@@ -441,6 +441,19 @@ void HttpApi::InstallHandlers() {
     AppendFamily(&out, "vigil_storage_checkpoints_total", "counter",
                  "Checkpoints (open blocks saved, frame log cut).");
     AppendSample(&out, "vigil_storage_checkpoints_total", stats.checkpoints);
+    AppendFamily(&out, "vigil_storage_open_blocks", "gauge",
+                 "Series holding an open block in memory (counted about once "
+                 "a minute).");
+    AppendSample(&out, "vigil_storage_open_blocks", stats.open_blocks);
+    AppendFamily(&out, "vigil_storage_open_block_bytes", "gauge",
+                 "Memory the open blocks' compressed samples hold (counted "
+                 "about once a minute).");
+    AppendSample(&out, "vigil_storage_open_block_bytes", stats.open_block_bytes);
+    AppendFamily(&out, "vigil_storage_idle_blocks_closed_total", "counter",
+                 "Open blocks written out because their series had sent "
+                 "nothing for storage.idle_block_seconds.");
+    AppendSample(&out, "vigil_storage_idle_blocks_closed_total",
+                 stats.idle_blocks_closed);
     AppendFamily(&out, "vigil_storage_corrupt_chunks_total", "counter",
                  "Chunks that failed to decode: quarantined by retention, "
                  "or skipped by a query.");

@@ -336,7 +336,8 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
                     {"raw_retention_days", "rollup_retention_days",
                      "sync_frame_log", "block_samples", "block_seconds",
                      "max_series", "frame_log_checkpoint_mb",
-                     "memtable_mb", "incident_after_seconds"})) {
+                     "memtable_mb", "idle_block_seconds",
+                     "incident_after_seconds"})) {
     r.Positive(*s, "storage", "raw_retention_days", kDay, kTenYears,
                &o->raw_retention_seconds,
                "Days raw samples are kept; older ones expire and are refused on ingest");
@@ -364,6 +365,11 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
               &o->memtable_budget_bytes,
               "MiB all RocksDB memtables together may hold before the largest is "
               "flushed; 0: RocksDB's own limit per column family (64 MiB)");
+    r.Integer(*s, "storage", "idle_block_seconds", 0, 86400, 1,
+              &o->idle_block_seconds,
+              "Seconds without a sample after which a series' open block is "
+              "written out and its memory freed (a job ended, a node moved "
+              "on); 0: never, open blocks then stay until raw retention");
     r.Positive(*s, "storage", "incident_after_seconds", 1, kDay,
                &o->storage_incident_after_seconds,
                "Seconds the store must refuse writes (full disk, read-only data dir) "

@@ -206,6 +206,9 @@ struct ServerOptions {
   // Memory all RocksDB memtables together may hold ("storage.memtable_mb";
   // 0: RocksDB's limits per column family).
   uint64_t memtable_budget_bytes = 32ull << 20;
+  // Seconds without a sample after which a series' open block is written
+  // out and its memory freed ("storage.idle_block_seconds"; 0: never).
+  double idle_block_seconds = 900;
   // How long the store must refuse writes (a full disk, a read-only data
   // dir) before the P1 self-incident "storage_degraded" opens.
   double storage_incident_after_seconds = 30;

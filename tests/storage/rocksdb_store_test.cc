@@ -151,6 +151,21 @@ int CountStalePieces(const std::string& dir) {
   return stale;
 }
 
+// Open-block pieces of series `id` in the store at `dir` (closed), read
+// behind the store's back; -1 if it cannot be read.
+int CountPieces(const std::string& dir, uint32_t id) {
+  RawDb raw(dir, /*read_only=*/true);
+  rocksdb::ColumnFamilyHandle* open = raw.family("open");
+  if (raw.db() == nullptr || open == nullptr) return -1;
+  std::string prefix;
+  for (int shift = 24; shift >= 0; shift -= 8) prefix.push_back(static_cast<char>(id >> shift));
+  int pieces = 0;
+  std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), open));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next())
+    pieces += it->key().size() == 12;
+  return pieces;
+}
+
 // `v` as `bytes` big-endian bytes appended to `out`, as the store's keys.
 void PutBE(std::string* out, uint64_t v, int bytes) {
   for (int s = 8 * (bytes - 1); s >= 0; s -= 8)
@@ -459,6 +474,92 @@ TEST_F(RocksDbStoreTest, FrameLogWriteErrorsRefuseOnlyWhileTheyLast) {
   store.reset();
   store = Open();
   EXPECT_EQ(StoredFrames(store.get()), 6);
+}
+
+// A series that stops sending (its job ended, its node moved on) gives
+// back its open block after idle_block_seconds: the block is written as a
+// chunk and its checkpoint pieces deleted, its samples still answer
+// queries, before and after a restart, and a series that comes back opens
+// a new block. Series that keep sending keep theirs.
+TEST_F(RocksDbStoreTest, IdleSeriesGiveBackTheirOpenBlocks) {
+  stagger_ = false;  // blocks of 16: 10 frames leave every block open
+  RocksDbStoreOptions options = Options();
+  options.idle_block_seconds = 900;
+  options.maintenance_interval_seconds = 0.005;
+  options.frame_log_checkpoint_bytes = 100;  // pieces for the open blocks
+  {
+    auto store = Open(options);
+    ResolveAll(store.get());
+    for (int f = 0; f < 10; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+    ASSERT_TRUE(WaitFor([&] { return store->Stats().checkpoints > 1; }));
+    clock_.Advance(61);  // a pass over the open blocks is due every 60 s
+    ASSERT_TRUE(WaitFor([&] { return store->Stats().open_blocks == size_t{kSeries}; }));
+    EXPECT_GT(store->Stats().open_block_bytes, 0u);
+    // Series 0 goes on, one sample a minute; the others have stopped.
+    std::vector<SeriesId> alive = {0};
+    for (int minute = 1; minute <= 20; ++minute) {
+      clock_.Advance(60);
+      std::vector<double> v = {ValueAt(0, 9 + minute)};
+      FrameColumns frame{.ts = kT0 + 9 + minute, .ids = alive, .values = v};
+      ASSERT_TRUE(store->Append({&frame, 1}, nullptr).ok());
+    }
+    ASSERT_TRUE(WaitFor([&] { return store->Stats().idle_blocks_closed == kSeries - 1u; }))
+        << store->Stats().idle_blocks_closed;
+    ASSERT_TRUE(WaitFor([&] { return store->Stats().open_blocks == 1u; }));
+    for (int s = 1; s < kSeries; ++s) {
+      absl::StatusOr<std::vector<Sample>> got = store->Query(s, 0, 1e10);
+      ASSERT_TRUE(got.ok());
+      EXPECT_EQ(got->size(), 10u) << "series " << s;
+    }
+    EXPECT_EQ(store->Query(0, 0, 1e10)->size(), 30u);
+  }
+  for (int s = 1; s < kSeries; ++s)
+    EXPECT_EQ(CountPieces(dir_.path(), s), 0) << "series " << s << " kept its pieces";
+  EXPECT_GT(CountPieces(dir_.path(), 0), 0);
+  auto store = Open(options);
+  for (int s = 1; s < kSeries; ++s) {
+    absl::StatusOr<std::vector<Sample>> got = store->Query(s, 0, 1e10);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(got->size(), 10u) << "series " << s;
+    for (int f = 0; f < 10; ++f) {
+      EXPECT_EQ((*got)[f].ts, kT0 + f);
+      if (!std::isnan(ValueAt(s, f))) EXPECT_EQ((*got)[f].value, ValueAt(s, f));
+    }
+  }
+  // Series 1 comes back: a new block after the closed one; a resend of its
+  // last sample before the pause is still a duplicate.
+  std::vector<SeriesId> one = {1};
+  std::vector<double> old_value = {ValueAt(1, 9)};
+  FrameColumns resend{.ts = kT0 + 9, .ids = one, .values = old_value};
+  AppendResult r;
+  ASSERT_TRUE(store->Append({&resend, 1}, &r).ok());
+  EXPECT_EQ(r.duplicates, 1u);
+  std::vector<double> v = {42};
+  FrameColumns back{.ts = kT0 + 2000, .ids = one, .values = v};
+  ASSERT_TRUE(store->Append({&back, 1}, &r).ok());
+  EXPECT_EQ(r.accepted, 1u);
+  EXPECT_EQ(store->Query(1, 0, 1e10)->size(), 11u);
+}
+
+// With idle_block_seconds 0 open blocks stay open however long their
+// series are quiet; a negative or non-finite value is refused.
+TEST_F(RocksDbStoreTest, IdleBlocksCanBeKeptOpen) {
+  RocksDbStoreOptions options = Options();
+  options.idle_block_seconds = -1;
+  EXPECT_EQ(OpenRocksDbStore(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.idle_block_seconds = NAN;
+  EXPECT_EQ(OpenRocksDbStore(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.idle_block_seconds = 0;
+  options.maintenance_interval_seconds = 0.005;
+  auto store = Open(options);
+  ResolveAll(store.get());
+  for (int f = 0; f < 10; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  clock_.Advance(86400);
+  ASSERT_TRUE(WaitFor([&] { return store->Stats().open_blocks == size_t{kSeries}; }));
+  clock_.Advance(86400);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(store->Stats().idle_blocks_closed, 0u);
+  EXPECT_EQ(store->Stats().open_blocks, size_t{kSeries});
 }
 
 // Checkpoints happen on the maintenance thread as the frame log grows.

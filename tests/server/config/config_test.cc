@@ -28,7 +28,8 @@ TEST(ConfigTest, AppliesEveryKey) {
     "storage": {"raw_retention_days": 2, "rollup_retention_days": 30,
                 "sync_frame_log": true, "block_samples": 100,
                 "block_seconds": 600, "max_series": 5000,
-                "frame_log_checkpoint_mb": 8, "memtable_mb": 16},
+                "frame_log_checkpoint_mb": 8, "memtable_mb": 16,
+                "idle_block_seconds": 0},
     "ingest": {"max_future_skew_seconds": 60, "max_message_mb": 2,
                "grpc_bdp_probe": true},
     "http": {"max_points": 1000, "threads": 3}})",
@@ -47,6 +48,7 @@ TEST(ConfigTest, AppliesEveryKey) {
   EXPECT_EQ(options.max_series, 5000u);
   EXPECT_EQ(options.frame_log_checkpoint_bytes, 8u << 20);
   EXPECT_EQ(options.memtable_budget_bytes, 16u << 20);
+  EXPECT_EQ(options.idle_block_seconds, 0);
   EXPECT_EQ(options.max_future_skew_seconds, 60);
   EXPECT_EQ(options.max_message_bytes, 2 << 20);
   EXPECT_TRUE(options.grpc_bdp_probe);
@@ -184,7 +186,7 @@ TEST(ConfigTest, ReportsEveryErrorWithItsPath) {
   absl::Status s = ParseServerConfig(R"({
     "data_dir": 5, "colour": "blue",
     "storage": {"raw_retention_days": -1, "block_samples": 1.5,
-                "sync_frame_log": "yes", "bogus": 1},
+                "sync_frame_log": "yes", "bogus": 1, "idle_block_seconds": -5},
     "ingest": {"max_future_skew_seconds": "300"},
     "http": []})",
                                      &options);
@@ -197,7 +199,7 @@ TEST(ConfigTest, ReportsEveryErrorWithItsPath) {
   EXPECT_EQ(paths, (std::vector<std::string>{
                        "colour", "data_dir", "storage.bogus",
                        "storage.raw_retention_days", "storage.sync_frame_log",
-                       "storage.block_samples",
+                       "storage.block_samples", "storage.idle_block_seconds",
                        "ingest.max_future_skew_seconds", "http"}))
       << s.message();
   EXPECT_EQ(options.data_dir, "/keep") << "options untouched on error";
