@@ -141,11 +141,6 @@ void Detector::PrimeCounter(uint32_t id, double ts, double value) {
   m.primed_counters[dense] = {ts, value};
 }
 
-void Detector::TakeForgotten(std::vector<uint32_t>* ids) {
-  ids->insert(ids->end(), impl_->forgotten.begin(), impl_->forgotten.end());
-  impl_->forgotten.clear();
-}
-
 std::optional<SeriesBaseline> Detector::Baseline(uint32_t id) const {
   if (!HasSeries(id)) return std::nullopt;
   const Impl& m = *impl_;

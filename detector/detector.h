@@ -143,12 +143,6 @@ class Detector {
   // ids, gauges and non-finite values; a later call replaces an unused one.
   void PrimeCounter(uint32_t id, double ts, double value);
 
-  // Appends to `ids` the series the detector forgot since the previous
-  // call (those of runs that ended long ago: LifecycleOptions::
-  // forget_ended_s); a caller that keeps its own registered set drops them
-  // and registers them again if they come back.
-  void TakeForgotten(std::vector<uint32_t>* ids);
-
   // The current baseline of series `id`; nullopt when `id` is not
   // registered.
   std::optional<SeriesBaseline> Baseline(uint32_t id) const;

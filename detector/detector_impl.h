@@ -432,7 +432,6 @@ struct Detector::Impl {
     return DecodeSeriesKey(keys[dense]).value_or(SeriesKey());
   }
   std::vector<uint32_t> free_series;
-  std::vector<uint32_t> forgotten;  // ids freed since TakeForgotten
   std::vector<detector_internal::SeriesAux> aux;
   std::vector<uint32_t> free_aux;
   // The traits of each metric name seen, one copy for all its series

@@ -456,7 +456,6 @@ void Detector::Impl::FreePair(uint32_t idx) {
   for (uint32_t dense : n.series) {
     SeriesState& s = series[dense];
     if (s.id < dense_of_id.size()) dense_of_id[s.id] = kNone;
-    forgotten.push_back(s.id);
     if (s.aux != kNone) {
       aux[s.aux] = SeriesAux();
       free_aux.push_back(s.aux);

@@ -36,12 +36,6 @@ class DetectionPipeline : private JobContextSource {
   void PrimeCounter(uint32_t id, double ts, double value) {
     detector_.PrimeCounter(id, ts, value);
   }
-  // Series the detector forgot since the last call (Detector::
-  // TakeForgotten).
-  void TakeForgotten(std::vector<uint32_t>* ids) {
-    detector_.TakeForgotten(ids);
-  }
-
   // Moves detection time to `now` (liveness checks; the frame counts as a
   // sign of life at `now`), consumes the frame, and appends the incident
   // updates it caused to `out`. `now` is when the frame arrived: the live

@@ -112,8 +112,6 @@ struct Replayer::Impl {
   // resumed job's series are registered again).
   std::vector<int64_t> seen_in_line;
   std::vector<SeriesKey> keys;
-  std::vector<uint8_t> registered;  // by id: the detector knows it
-  std::vector<uint32_t> forgotten;
   uint32_t next_id = 0;
   double newest_ts = -std::numeric_limits<double>::infinity();
 
@@ -153,7 +151,6 @@ absl::StatusOr<uint32_t> Replayer::Impl::SeriesId(NodeTable* t,
   t->ids.emplace(scratch_key, id);
   seen_in_line.push_back(-1);
   keys.push_back(std::move(key));
-  registered.push_back(1);
   ++stats.series;
   return id;
 }
@@ -340,10 +337,7 @@ void Replayer::Impl::Line(std::string_view line) {
   ++stats.frames;
   stats.samples += static_cast<int64_t>(ids.size());
   for (uint32_t id : ids) {
-    if (!registered[id]) {
-      (void)pipeline.RegisterSeries(id, keys[id]);
-      registered[id] = true;
-    }
+    if (!pipeline.HasSeries(id)) (void)pipeline.RegisterSeries(id, keys[id]);
   }
   FrameView frame;
   frame.node = table->node;
@@ -357,11 +351,6 @@ void Replayer::Impl::Line(std::string_view line) {
   frame.job_end.reason = end_reason;
   updates.clear();
   pipeline.ProcessFrame(frame, &updates);
-  // Series of runs that ended long ago are forgotten by the detector; a
-  // run that comes back registers them again.
-  forgotten.clear();
-  pipeline.TakeForgotten(&forgotten);
-  for (uint32_t id : forgotten) registered[id] = false;
   for (const IncidentUpdate& u : updates) {
     if (u.type == UpdateType::kOpened) ++stats.incidents;
     if (u.type == UpdateType::kSeverityRaised) ++stats.severity_rises;
