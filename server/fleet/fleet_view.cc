@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 
 namespace vigil {
@@ -50,6 +51,7 @@ FleetViewOptions Checked(FleetViewOptions options) {
   const FleetViewOptions defaults;
   if (!(options.bucket_seconds > 0)) options.bucket_seconds = defaults.bucket_seconds;
   if (options.buckets < 1) options.buckets = defaults.buckets;
+  if (!(options.forget_job_seconds > 0)) options.forget_job_seconds = defaults.forget_job_seconds;
   return options;
 }
 
@@ -101,6 +103,10 @@ FleetView::Bucket* FleetView::BucketAt(JobState& job, double ts) {
 
 void FleetView::OnFrame(const FrameView& frame) {
   std::lock_guard<std::mutex> l(mu_);
+  if (frame.ts >= next_forget_ts_) {
+    ForgetEndedJobs(frame.ts);
+    next_forget_ts_ = frame.ts + std::min(600.0, options_.forget_job_seconds / 4);
+  }
   auto node_it = nodes_.find(frame.node);
   if (node_it == nodes_.end())
     node_it = nodes_.emplace(std::string(frame.node), Node{}).first;
@@ -156,6 +162,16 @@ void FleetView::OnFrame(const FrameView& frame) {
       ++bucket->nodes[f];
     }
   }
+}
+
+void FleetView::ForgetEndedJobs(double now) {
+  absl::flat_hash_set<std::string_view> running;
+  for (const auto& [name, node] : nodes_) running.insert(node.job);
+  std::erase_if(jobs_, [&](const auto& entry) {
+    const auto& [name, job] = entry;
+    return !running.contains(name) &&
+           now - job.last_frame_ts > options_.forget_job_seconds;
+  });
 }
 
 JobSnapshot FleetView::Snapshot(const std::string& name,

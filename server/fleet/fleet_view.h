@@ -3,7 +3,9 @@
 // nodes in milliseconds, without reading the store. Holds the newest GPU
 // readings per node and, per job, 30 minutes of one-minute aggregates of
 // step rate, tokens/s and MFU for sparklines. In memory only: after a
-// restart nodes reappear with their next frame.
+// restart nodes reappear with their next frame. A job that no node runs any
+// more is forgotten a while after its last frame, so the view follows the
+// jobs of the day, not every job since the server started.
 #ifndef VIGIL_SERVER_FLEET_FLEET_VIEW_H_
 #define VIGIL_SERVER_FLEET_FLEET_VIEW_H_
 
@@ -84,6 +86,9 @@ struct FleetViewOptions {
   // Sparkline bucket width and how many buckets are kept.
   double bucket_seconds = 60;
   int buckets = 30;
+  // A job no node runs any more (its nodes moved to other jobs) leaves the
+  // view this many seconds of data time after its newest frame.
+  double forget_job_seconds = 86400;
 };
 
 // Thread-safe: OnFrame from ingest threads, reads from HTTP threads.
@@ -153,6 +158,9 @@ class FleetView : public FrameObserver {
   Bucket* BucketAt(JobState& job, double ts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobSnapshot Snapshot(const std::string& name, const JobState& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the jobs no node runs whose newest frame is older than
+  // forget_job_seconds before `now` (data time).
+  void ForgetEndedJobs(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SeriesStore* const store_;
   const FleetViewOptions options_;
@@ -162,6 +170,8 @@ class FleetView : public FrameObserver {
   // Transparent comparators: a frame's names are looked up without a copy.
   std::map<std::string, Node, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobState, std::less<>> jobs_ ABSL_GUARDED_BY(mu_);
+  // Data time of the next ForgetEndedJobs pass.
+  double next_forget_ts_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace vigil

@@ -238,5 +238,33 @@ TEST_F(FleetViewTest, NonsenseOptionsFallBackToTheDefaults) {
   EXPECT_EQ(a.spark[kTokens][0].ts, kT0);  // 60 s buckets
 }
 
+// A job whose nodes all moved to other jobs leaves the view a day (data
+// time) after its last frame; a job whose node went silent stays, as the
+// node still runs it as far as anyone knows; the view's memory follows the
+// jobs of the day, not every job since the server started.
+TEST_F(FleetViewTest, JobsNoNodeRunsAreForgottenADayAfterTheirLastFrame) {
+  FleetView view(store_.get());
+  const SeriesId a = Id("a", "n1", "gpu_power_watts", "0");
+  const SeriesId b = Id("b", "n1", "gpu_power_watts", "0");
+  const SeriesId c = Id("c", "n2", "gpu_power_watts", "0");
+  Send(view, "n1", "a", kT0, 1, {a}, {400});
+  Send(view, "n2", "c", kT0, 1, {c}, {400});
+  Send(view, "n1", "b", kT0 + 60, 1, {b}, {400});  // n1 moves on to b
+  for (double t = kT0 + 3600; t < kT0 + 86400; t += 3600)
+    Send(view, "n1", "b", t, 2, {b}, {400});
+  EXPECT_TRUE(view.Job("a").has_value()) << "forgotten before a day passed";
+  Send(view, "n1", "b", kT0 + 86400 + 700, 3, {b}, {400});
+  EXPECT_FALSE(view.Job("a").has_value());
+  EXPECT_TRUE(view.Job("b").has_value());
+  EXPECT_TRUE(view.Job("c").has_value()) << "n2 still runs c";
+  std::vector<JobSnapshot> jobs = view.Jobs();
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].job, "b");
+  EXPECT_EQ(jobs[1].job, "c");
+  // A job seen again comes back.
+  Send(view, "n1", "a", kT0 + 86400 + 800, 1, {a}, {400});
+  EXPECT_TRUE(view.Job("a").has_value());
+}
+
 }  // namespace
 }  // namespace vigil
