@@ -292,6 +292,10 @@ struct ProfileEntry {
 struct Profile {
   int nodes = 0;  // the node count of the run that learned it
   absl::flat_hash_map<std::string, ProfileEntry> by_metric;
+  // Data time it was last learned into, started from or had a run of it
+  // running (LifecycleOptions::forget_profile_s); NaN until the first
+  // Forget pass after it was restored or imported. Not in snapshots.
+  double used_ts = kNaN;
 };
 
 }  // namespace detector_internal
@@ -416,7 +420,8 @@ struct Detector::Impl {
   // Raises kJobEnded when no pair of `job` runs any more.
   // `quiet`: the job moved to another server; no job_ended anomaly.
   void MaybeJobEnded(uint32_t job, double ts, std::string_view how, bool quiet = false);
-  // Frees the state of pairs ended long ago.
+  // Frees the state of pairs ended long ago and the profiles no run has
+  // used for forget_profile_s.
   void Forget(double now);
   void FreePair(uint32_t idx);
 

@@ -19,6 +19,7 @@ using detector_internal::kNone;
 using detector_internal::kNoStep;
 using detector_internal::NodeState;
 using detector_internal::PeerTrack;
+using detector_internal::Profile;
 using detector_internal::SchedulerView;
 using detector_internal::SeriesAux;
 using detector_internal::SeriesState;
@@ -447,6 +448,18 @@ void Detector::Impl::Forget(double now) {
                                  : n.last_seen;
     if (now - since > keep) FreePair(p);
   }
+  // Profiles of running jobs are in use; the others age.
+  for (const JobState& j : jobs) {
+    if (j.free || j.ended) continue;
+    for (const std::string* name : {&j.name, &j.family}) {
+      if (auto it = profiles.find(*name); it != profiles.end()) it->second.used_ts = now;
+    }
+  }
+  absl::erase_if(profiles, [&](auto& entry) {
+    Profile& p = entry.second;
+    if (std::isnan(p.used_ts)) p.used_ts = now;
+    return now - p.used_ts > opt.lifecycle.forget_profile_s;
+  });
 }
 
 void Detector::Impl::FreePair(uint32_t idx) {

@@ -211,6 +211,12 @@ struct LifecycleOptions {
   // A node whose job ended is forgotten (its series' state freed, their
   // learned baselines kept in the job's profile) after this long.
   double forget_ended_s = 7200;
+  // A job's (and a family's) learned baselines, kept for its next run, are
+  // dropped once no run of it has learned into them, started from them or
+  // been running for this long: a site that names every job anew would
+  // otherwise keep (and snapshot) one profile per job ever seen. A run
+  // resumed later learns anew.
+  double forget_profile_s = 30 * 86400.0;
   // When > 0, an inferred end (no marker) waits up to this long for the
   // scheduler's word (SetJobState) before it is taken: the live server
   // asks the scheduler; replay has none.

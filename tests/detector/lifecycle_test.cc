@@ -448,6 +448,28 @@ TEST(JobLifecycleTest, ContinuationStartsFromTheFamilysBaseline) {
   EXPECT_TRUE(slowdown) << f.Describe(f.updates());
 }
 
+// Profiles do not pile up on a site that names every job anew: a job's
+// and its family's learned baselines are dropped once no run of them has
+// used them for forget_profile_s, while those of a job still running stay
+// however long ago it learned them.
+TEST(JobLifecycleTest, ProfilesNoRunUsesAreForgotten) {
+  DetectorOptions o;
+  o.baseline.learn_steps = 300;
+  o.lifecycle.forget_profile_s = 3600;
+  Fleet f(o);
+  const size_t none = Fleet(o).pipeline().ExportProfiles("gpt13b-r1").size();
+  Train(f, "gpt13b-r1", 2, kT0, 0, 700);
+  f.Advance(kT0 + 700 + 120);  // stopped together: ended
+  ASSERT_GT(f.pipeline().ExportProfiles("gpt13b-r1").size(), none);
+  // Another job learns and runs for two hours.
+  Train(f, "llama-r1", 2, kT0 + 800, 0, 7200, {}, 10);
+  EXPECT_EQ(f.pipeline().ExportProfiles("gpt13b-r1").size(), none)
+      << "unused for more than an hour";
+  EXPECT_EQ(f.pipeline().ExportProfiles("gpt13b-r2").size(), none) << "the family's too";
+  EXPECT_GT(f.pipeline().ExportProfiles("llama-r1").size(), none)
+      << "a running job's profile is in use";
+}
+
 // A job moved to another detector (a cluster shard joining, docs/SCALING.md)
 // takes its learned profiles along: on the new detector its series start
 // from them (inherited) and a slowdown soon after the move is caught; on a
