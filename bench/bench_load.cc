@@ -139,6 +139,15 @@ NodeSource::NodeSource(const std::string& node, const std::string& job, uint64_t
 NodeSource::~NodeSource() = default;
 NodeSource::NodeSource(NodeSource&&) noexcept = default;
 
+void NodeSource::SetJob(const std::string& job) {
+  job_ = job;
+  for (SeriesKey& key : series_) {
+    for (auto& [name, value] : key.labels) {
+      if (name == "job") value = job;
+    }
+  }
+}
+
 void NodeSource::AddHello(v1::FrameBatch* batch) const {
   batch->mutable_hello()->set_node(node_);
   batch->mutable_hello()->set_agent_instance("bench-" + node_);

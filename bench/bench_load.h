@@ -69,6 +69,10 @@ class NodeSource {
   // samples added; `*fault_starts` says whether this frame is the first
   // faulty one.
   int AddFrame(double ts, v1::FrameBatch* batch, bool* fault_starts);
+  // Later frames belong to job `job`, as when the node moves to another
+  // job: the server keys its series anew (the stream's dictionary does not
+  // name the job).
+  void SetJob(const std::string& job);
 
  private:
   std::unique_ptr<agent::Simulator> sim_;

@@ -11,7 +11,10 @@
 // red line (GPU 0's ECC double-bit counter goes up by one) at times spread
 // over the second half of the run; the incidents API is polled every 100 ms
 // for the P0 naming each, and the time from writing the faulty frame to
-// that poll is the node's frame -> incident latency.
+// that poll is the node's frame -> incident latency. With --job-minutes=M
+// every job ends after M minutes and its nodes go on as a new job
+// (job-<n>-r<run>), the jobs' ends spread over the M minutes: a cluster
+// whose series keep changing, for the server's memory over time.
 //
 // Prints one line of key=value pairs (run.sh merges the processes' lines):
 // samples sent, batch ack latency p50/p99 past each stream's first 5, and
@@ -49,6 +52,7 @@ struct Args {
   int job_nodes = 125;
   int seconds = 600;
   int fault_nodes = 5;
+  int job_minutes = 0;  // 0: jobs run the whole time
 };
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -61,13 +65,14 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     else if (auto v = value("job-nodes")) a->job_nodes = std::atoi(v);
     else if (auto v = value("seconds")) a->seconds = std::atoi(v);
     else if (auto v = value("fault-nodes")) a->fault_nodes = std::atoi(v);
+    else if (auto v = value("job-minutes")) a->job_minutes = std::atoi(v);
     else {
       std::fprintf(stderr, "cluster_load: unknown argument %s\n", argv[i]);
       return false;
     }
   }
   return a->first_node > 0 && a->nodes > 0 && a->job_nodes > 0 && a->seconds >= 60 &&
-         a->fault_nodes >= 0 && a->fault_nodes <= a->nodes;
+         a->fault_nodes >= 0 && a->fault_nodes <= a->nodes && a->job_minutes >= 0;
 }
 
 std::string NodeName(int index) {
@@ -90,9 +95,20 @@ struct NodeRun {
 void RunNode(const Args& args, int index, const NodeFault& fault, double start_wall,
              Steady::time_point t0, double phase, NodeRun* run) {
   const int job = (index - 1) / args.job_nodes;
-  char job_name[16];
-  std::snprintf(job_name, sizeof(job_name), "job-%03d", job);
-  NodeSource source(NodeName(index), job_name, 1000 + job, fault);
+  // The job's run at tick k (--job-minutes), its ends offset by job so
+  // that they spread over the period.
+  const int period = args.job_minutes * 60;
+  const int offset = period > 0 ? (job * 97) % period : 0;
+  auto job_name = [&](int k) {
+    char name[32];
+    if (period == 0) {
+      std::snprintf(name, sizeof(name), "job-%03d", job);
+    } else {
+      std::snprintf(name, sizeof(name), "job-%03d-r%d", job, (k + offset) / period);
+    }
+    return std::string(name);
+  };
+  NodeSource source(NodeName(index), job_name(0), 1000 + job, fault);
   grpc::ChannelArguments ch;
   vigil::agent::SetIngestChannelArguments(&ch);  // a connection per node
   auto stub = vigil::v1::Ingest::NewStub(
@@ -106,6 +122,7 @@ void RunNode(const Args& args, int index, const NodeFault& fault, double start_w
     batch.Clear();
     batch.set_seq(k + 1);
     if (k == 0) source.AddHello(&batch);
+    if (period > 0 && (k + offset) % period == 0) source.SetJob(job_name(k));
     bool fault_starts = false;
     run->samples += source.AddFrame(start_wall + k, &batch, &fault_starts);
     const auto sent = Steady::now();
@@ -118,7 +135,11 @@ void RunNode(const Args& args, int index, const NodeFault& fault, double start_w
     if (k >= 5) run->acks.push_back(std::chrono::duration<double>(Steady::now() - sent).count());
   }
   stream->WritesDone();
-  (void)stream->Finish();
+  const grpc::Status status = stream->Finish();
+  // Why a stream failed, for whoever reads the benchmark's output.
+  if (!run->ok)
+    std::fprintf(stderr, "cluster_load: %s: stream ended: %s (%d)\n", NodeName(index).c_str(),
+                 status.error_message().c_str(), static_cast<int>(status.error_code()));
 }
 
 }  // namespace
@@ -128,7 +149,8 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &args)) {
     std::fprintf(stderr,
                  "usage: cluster_load [--server=HOST:PORT] [--http-port=N] [--first-node=N] "
-                 "[--nodes=N] [--job-nodes=N] [--seconds=N (>= 60)] [--fault-nodes=N]\n");
+                 "[--nodes=N] [--job-nodes=N] [--seconds=N (>= 60)] [--fault-nodes=N] "
+                 "[--job-minutes=M]\n");
     return 2;
   }
   const double now_wall =

@@ -5,16 +5,26 @@
 # Reports what the server sustained: samples/s, its CPU (cores), RSS,
 # frame -> incident latency of red-line faults, batch ack latency, and disk
 # per day (its data dir after a clean shutdown, per sample, times a day of
-# the cluster's samples). bench/RESULTS.md has the results.
+# the cluster's samples), and every 5 minutes its RSS, series and open
+# blocks. bench/RESULTS.md has the results.
 # Usage: bench/cluster-load/run.sh [BUILD_DIR] [SECONDS] [NODES] [PROCESSES]
-#   defaults: build 600 1250 4
+#                                  [JOB_MINUTES] [SERVER_CONFIG]
+#   defaults: build 600 1250 4 0 (none)
+#   JOB_MINUTES > 0: every job ends after that many minutes and its nodes go
+#   on as a new job (series keyed anew), as jobs come and go in a cluster.
+#   SERVER_CONFIG: a vigil-server --config file (JSON).
+#   GRPC_PORT, HTTP_PORT (environment; 17270, 18280): to run two at once.
 set -euo pipefail
 build=${1:-build}
 seconds=${2:-600}
 nodes=${3:-1250}
 procs=${4:-4}
+job_minutes=${5:-0}
+config=${6:-}
 [[ $seconds =~ ^[0-9]+$ && $seconds -ge 60 ]] || { echo "cluster-load: SECONDS must be >= 60" >&2; exit 2; }
 [[ $nodes =~ ^[1-9][0-9]*$ && $procs =~ ^[1-9][0-9]*$ ]] || { echo "cluster-load: NODES and PROCESSES must be positive" >&2; exit 2; }
+[[ $job_minutes =~ ^[0-9]+$ ]] || { echo "cluster-load: JOB_MINUTES must be a whole number >= 0" >&2; exit 2; }
+[ -z "$config" ] || [ -r "$config" ] || { echo "cluster-load: cannot read SERVER_CONFIG $config" >&2; exit 2; }
 for bin in server/vigil-server bench/cluster_load; do
   [ -x "$build/$bin" ] || { echo "cluster-load: no $build/$bin (build it first)" >&2; exit 2; }
 done
@@ -25,9 +35,11 @@ cleanup() {
   rm -rf "$out"
 }
 trap cleanup EXIT
-grpc_port=17270
-http_port=18280
-"$build/server/vigil-server" --data-dir="$out/data" --grpc-insecure \
+grpc_port=${GRPC_PORT:-17270}
+http_port=${HTTP_PORT:-18280}
+config_arg=()
+[ -z "$config" ] || config_arg=(--config="$config")
+"$build/server/vigil-server" --data-dir="$out/data" --grpc-insecure "${config_arg[@]}" \
   --grpc-listen=127.0.0.1:$grpc_port --http-listen=127.0.0.1:$http_port >"$out/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 100); do
@@ -47,16 +59,27 @@ for p in $(seq 1 "$procs"); do
   n=$(( nodes - first + 1 < share ? nodes - first + 1 : share ))
   [ "$n" -gt 0 ] || break
   "$build/bench/cluster_load" --server=127.0.0.1:$grpc_port --http-port=$http_port \
-    --first-node=$first --nodes=$n --seconds="$seconds" --fault-nodes=5 >"$out/load$p.txt" 2>&1 &
+    --first-node=$first --nodes=$n --seconds="$seconds" --fault-nodes=5 \
+    --job-minutes="$job_minutes" >"$out/load$p.txt" 2>&1 &
   pids+=($!)
   first=$(( first + n ))
 done
-# RSS every 10 s while the load runs (its peak and its last value).
+# RSS every 10 s while the load runs (its peak and its last value); every
+# 5 minutes also the store's series and open blocks.
+metric() { curl -fsS -m 2 "http://127.0.0.1:$http_port/metrics" 2>/dev/null | awk -v m="$1" '$1 == m {print $2}'; }
 ( while sleep 10; do echo "$(date +%s) $(rss_kb)"; done ) >"$out/rss.txt" 2>/dev/null &
 sampler=$!
+( start=$(date +%s); while sleep 300; do
+    echo "t=$(( $(date +%s) - start ))s rss_mib=$(( $(rss_kb) / 1024 )) series=$(metric vigil_series)" \
+         "open_blocks=$(metric vigil_storage_open_blocks)" \
+         "open_block_mib=$(metric vigil_storage_open_block_bytes | awk '{printf "%d", $1 / 1048576}')" \
+         "idle_blocks_closed=$(metric vigil_storage_idle_blocks_closed_total)"
+  done ) >"$out/timeline.txt" 2>/dev/null &
+timeline=$!
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-kill $sampler 2>/dev/null || true
+kill $sampler $timeline 2>/dev/null || true
+cat "$out/timeline.txt"
 t1=$(date +%s.%N)
 cpu1=$(ticks)
 rss_end=$(rss_kb)
@@ -98,4 +121,6 @@ print(f"faults={faults} found={found} frame_to_incident_p50_ms={q(0.5):.0f} "
 print(f"disk_bytes={int(disk)} bytes_per_sample={int(disk) / samples:.3f} "
       f"disk_per_day_gb={int(disk) / samples * per_day / 1e9:.1f} (at {per_day / 1e9:.1f} G samples/day)")
 PY
+# Why any stream failed (cluster_load prints the gRPC status).
+grep -h "stream ended" "$out"/load*.txt | head -20 >&2 || true
 exit $status
