@@ -288,9 +288,51 @@ uint32_t Detector::Impl::NodeFor(std::string_view job_name,
 }
 
 void Detector::Impl::Activate(uint32_t idx, const FrameView& frame) {
-  NodeState& n = nodes[idx];
+  const NodeState& n = nodes[idx];
   // The common case: the node's current pair goes on.
   if (!n.retired && !n.ended) return;
+  uint32_t previous = kNone;
+  if (auto it = node_by_name.find(n.name);
+      it != node_by_name.end() && it->second != idx) {
+    const NodeState& old = nodes[it->second];
+    if (!old.silent && !old.handed_over) previous = it->second;
+  }
+  ActivatePair(idx, frame);
+  if (previous != kNone) CarryNodeErrors(previous, idx, frame.ts);
+}
+
+std::string Detector::Impl::NodeWideKey(uint32_t dense) const {
+  SeriesKey key = KeyOf(dense);
+  std::erase_if(key.labels, [](const auto& label) { return label.first == "job"; });
+  return EncodeSeriesKey(key);
+}
+
+void Detector::Impl::CarryNodeErrors(uint32_t from, uint32_t to, double ts) {
+  carry_pair = kNone;
+  carry_values.clear();
+  for (uint32_t d : nodes[from].series) {
+    const SeriesState& s = series[d];
+    if (s.traits->node_errors && std::isfinite(s.prev_raw) && s.prev_ts < ts)
+      carry_values.emplace(NodeWideKey(d), std::make_pair(s.prev_ts, s.prev_raw));
+  }
+  if (carry_values.empty()) return;
+  carry_pair = to;
+  // Series of the pair from an earlier run here; the others when Bind
+  // attaches them.
+  for (uint32_t d : nodes[to].series) TakeCarry(d);
+}
+
+void Detector::Impl::TakeCarry(uint32_t dense) {
+  const SeriesState& s = series[dense];
+  if (!s.traits->node_errors) return;
+  auto it = carry_values.find(NodeWideKey(dense));
+  if (it == carry_values.end()) return;
+  if (std::isfinite(s.prev_ts) && s.prev_ts >= it->second.first) return;
+  carried_counters[dense] = it->second;
+}
+
+void Detector::Impl::ActivatePair(uint32_t idx, const FrameView& frame) {
+  NodeState& n = nodes[idx];
   JobState& j = jobs[n.job];
   auto [it, inserted] = node_by_name.try_emplace(n.name, idx);
   if (!inserted && it->second != idx) {
@@ -407,6 +449,7 @@ void Detector::Impl::Bind(SeriesState& s, uint32_t node) {
   NodeState& n = nodes[node];
   n.series.push_back(
       static_cast<uint32_t>(&s - series.data()));
+  if (node == carry_pair) TakeCarry(n.series.back());
   if (s.traits->metric == Metric::kTrainLossScale) n.fp16 = true;
   if (s.traits->metric == Metric::kTrainTokensPerSecond) n.has_tokens = true;
   if (s.gpu_label < 0) return;
@@ -453,6 +496,21 @@ void Detector::Impl::Ingest(SeriesState& s, uint32_t node, double x) {
             s.prev_raw = it->second.second;
           }
           primed_counters.erase(it);
+        }
+      }
+      if (!carried_counters.empty()) {
+        // The run's first sample after the node came straight from another
+        // job: count from that job's last value. Lower is no reset to
+        // count from zero (another source, a driver reload): it starts here.
+        auto it = carried_counters.find(
+            static_cast<uint32_t>(&s - series.data()));
+        if (it != carried_counters.end()) {
+          if (it->second.first < ts && x >= it->second.second &&
+              !(s.prev_ts >= it->second.first)) {
+            s.prev_ts = it->second.first;
+            s.prev_raw = it->second.second;
+          }
+          carried_counters.erase(it);
         }
       }
       if (std::isfinite(s.prev_raw)) {

@@ -308,8 +308,21 @@ struct Detector::Impl {
   // detector.cc
   uint32_t NodeFor(std::string_view job, std::string_view node);
   // Makes pair `idx` its node's current pair (retiring the previous one)
-  // and starts a run on it when it was not running.
+  // and starts a run on it when it was not running. A node that came
+  // straight from its previous pair (still reporting, not handed to another
+  // server) carries its error counters over (CarryNodeErrors).
   void Activate(uint32_t idx, const FrameView& frame);
+  void ActivatePair(uint32_t idx, const FrameView& frame);
+  // Keeps the last values of pair `from`'s error counters (before `ts`) as
+  // carry_values of pair `to`, and notes them in carried_counters for
+  // those of `to`'s series already bound.
+  void CarryNodeErrors(uint32_t from, uint32_t to, double ts);
+  // Notes in carried_counters the carry_values entry of series `dense`
+  // when it is an error counter whose own last value is older.
+  void TakeCarry(uint32_t dense);
+  // The series' key without its job: the same for a node's counter in
+  // every job.
+  std::string NodeWideKey(uint32_t dense) const;
   void StartRun(detector_internal::NodeState& n,
                 detector_internal::JobState& j, const FrameView& frame);
   // Starts node `n`'s re-warm at time `at` and step `at_step` (kNoStep when
@@ -457,6 +470,13 @@ struct Detector::Impl {
   // Counter values given by PrimeCounter, by dense index, until the
   // series' next finite sample: (data time, raw value).
   absl::flat_hash_map<uint32_t, std::pair<double, double>> primed_counters;
+  // The same from the node's previous job (CarryNodeErrors); a lower first
+  // sample is a new starting point, not a reset.
+  absl::flat_hash_map<uint32_t, std::pair<double, double>> carried_counters;
+  // The pair that came straight from another job most recently, and that
+  // job's last error counter values by NodeWideKey: (data time, value).
+  uint32_t carry_pair = detector_internal::kNone;
+  absl::flat_hash_map<std::string, std::pair<double, double>> carry_values;
   absl::flat_hash_map<std::string, PendingRun> pending_runs;
   absl::flat_hash_map<std::string, PendingJob> pending_jobs;
   std::vector<uint32_t> touched;

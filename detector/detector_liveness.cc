@@ -463,6 +463,10 @@ void Detector::Impl::Forget(double now) {
 }
 
 void Detector::Impl::FreePair(uint32_t idx) {
+  if (idx == carry_pair) {
+    carry_pair = kNone;
+    carry_values.clear();
+  }
   NodeState& n = nodes[idx];
   const uint32_t jj = n.job;
   JobState& j = jobs[jj];
@@ -476,6 +480,7 @@ void Detector::Impl::FreePair(uint32_t idx) {
     s = SeriesState();
     keys[dense] = std::string();
     primed_counters.erase(dense);
+    carried_counters.erase(dense);
     free_series.push_back(dense);
   }
   for (uint32_t gi : n.gpus) {

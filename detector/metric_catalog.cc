@@ -45,6 +45,11 @@ MetricTraits Relearn(MetricTraits t) {
   return t;
 }
 
+MetricTraits NodeErrors(MetricTraits t) {
+  t.node_errors = true;
+  return t;
+}
+
 // Absolute sigma floors carry the physics: temperatures wander by degrees
 // with inlet air and load (thermal mass makes them strongly autocorrelated,
 // so a 3-sigma band of the learned spread alone is crossed for minutes at a
@@ -76,20 +81,20 @@ const std::array<Entry, 40>& Catalog() {
       {"gpu_nvlink_rx_bytes_per_second",
        Relearn(T(Metric::kGpuNvlinkRx, false, kLo))},
       {"gpu_nvlink_crc_errors_total",
-       T(Metric::kGpuNvlinkCrc, true, kNo, 0, AnomalyKind::kNvlinkErrors)},
+       NodeErrors(T(Metric::kGpuNvlinkCrc, true, kNo, 0, AnomalyKind::kNvlinkErrors))},
       {"gpu_nvlink_replay_errors_total",
-       T(Metric::kGpuNvlinkReplay, true, kNo, 0, AnomalyKind::kNvlinkErrors)},
+       NodeErrors(T(Metric::kGpuNvlinkReplay, true, kNo, 0, AnomalyKind::kNvlinkErrors))},
       {"gpu_nvlink_recovery_errors_total",
-       T(Metric::kGpuNvlinkRecovery, true, kNo, 0, AnomalyKind::kNvlinkErrors)},
-      {"gpu_ecc_sbe_total", T(Metric::kGpuEccSbe, true, kNo)},
+       NodeErrors(T(Metric::kGpuNvlinkRecovery, true, kNo, 0, AnomalyKind::kNvlinkErrors))},
+      {"gpu_ecc_sbe_total", NodeErrors(T(Metric::kGpuEccSbe, true, kNo))},
       {"gpu_ecc_dbe_total",
-       T(Metric::kGpuEccDbe, true, kNo, 0, AnomalyKind::kEccDbe)},
+       NodeErrors(T(Metric::kGpuEccDbe, true, kNo, 0, AnomalyKind::kEccDbe))},
       {"gpu_remapped_rows_pending",
        T(Metric::kGpuRemappedRowsPending, false, kNo)},
       {"gpu_xid_errors_total",
-       T(Metric::kGpuXidErrors, true, kNo, 0, AnomalyKind::kXid)},
+       NodeErrors(T(Metric::kGpuXidErrors, true, kNo, 0, AnomalyKind::kXid))},
       {"gpu_xid_last", T(Metric::kGpuXidLast, false, kNo)},
-      {"gpu_pcie_replays_total", T(Metric::kGpuPcieReplays, true, kHi, 1)},
+      {"gpu_pcie_replays_total", NodeErrors(T(Metric::kGpuPcieReplays, true, kHi, 1))},
       {"torch_reserved_bytes", T(Metric::kTorchReserved, false, kNo)},
       {"torch_allocated_bytes", T(Metric::kTorchAllocated, false, kNo)},
       {"torch_alloc_retries_total",
@@ -97,11 +102,11 @@ const std::array<Entry, 40>& Catalog() {
       {"net_tx_bytes_total", Relearn(T(Metric::kNetTx, true, kLo))},
       {"net_rx_bytes_total", Relearn(T(Metric::kNetRx, true, kLo))},
       {"net_retransmits_total",
-       T(Metric::kNetRetransmits, true, kNo, 0, AnomalyKind::kNetRetransmits)},
+       NodeErrors(T(Metric::kNetRetransmits, true, kNo, 0, AnomalyKind::kNetRetransmits))},
       {"net_drops_total",
-       T(Metric::kNetDrops, true, kNo, 0, AnomalyKind::kNetDrops)},
+       NodeErrors(T(Metric::kNetDrops, true, kNo, 0, AnomalyKind::kNetDrops))},
       {"net_link_downed_total",
-       T(Metric::kNetLinkDowned, true, kNo, 0, AnomalyKind::kNetLinkDown)},
+       NodeErrors(T(Metric::kNetLinkDowned, true, kNo, 0, AnomalyKind::kNetLinkDown))},
       {"disk_read_bytes_total", T(Metric::kDiskReadBytes, true, kNo)},
       {"disk_reads_total", T(Metric::kDiskReads, true, kNo)},
       {"disk_read_seconds_total", T(Metric::kDiskReadSeconds, true, kHi, 0.05)},

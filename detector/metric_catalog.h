@@ -84,6 +84,11 @@ struct MetricTraits {
   bool relearn = false;
   // Counter red line fired by any increase.
   std::optional<AnomalyKind> red_line;
+  // A counter of the node's hardware errors: it goes on counting whatever
+  // job the node runs, so a node that changes job straight from one to the
+  // next carries its value over (an error between the two jobs' frames,
+  // often the one that ended the first, is an increase).
+  bool node_errors = false;
 };
 
 // The traits of `metric_name`. Unknown names ending in "_total" are

@@ -142,7 +142,7 @@ class Known:
         read = self._reader(src)
         catalog = read("detector/metric_catalog.cc")
         self.catalog = set(re.findall(
-            r'\{\s*"([a-z][a-z0-9_]*)"\s*,\s*(?:T|Train|Precise|Relearn)\(', catalog))
+            r'\{\s*"([a-z][a-z0-9_]*)"\s*,\s*(?:T|Train|Precise|Relearn|NodeErrors)\(', catalog))
         collected = set()
         for path in AGENT_SOURCES:
             collected |= set(re.findall(rf'"({NODE_PREFIXES}[a-z0-9_]+)"', read(path)))

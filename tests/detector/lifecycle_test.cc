@@ -4,6 +4,7 @@
 // XID storms, partial GPU frames, unknown metrics, noisy peers and
 // snapshots. Frames are synthetic and deterministic.
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -849,8 +850,10 @@ TEST(DetectorStateTest, SnapshotRoundTrip) {
   (void)s;  // may or may not parse, but must not crash
 }
 
-// A node's counters advance while it runs other jobs; coming back to a job
-// (or to idle) is not an increase of its error counters.
+// A node's error counters are its hardware's: they go on counting whatever
+// job it runs. Coming back to a job after errors that the job in between
+// saw is no new increase; errors between two jobs' frames (often the ones
+// that ended the first job) are an increase, seen by the job that follows.
 TEST(DetectorCounterTest, CountersCarriedAcrossRunsAreNoRedLine) {
   Fleet f;
   double ecc = 5;
@@ -858,13 +861,59 @@ TEST(DetectorCounterTest, CountersCarriedAcrossRunsAreNoRedLine) {
   for (int run = 0; run < 3; ++run) {
     const std::string job = run % 2 ? "idle" : "train";
     for (int s = 0; s < 100; ++s, t += 1) {
+      if (run == 1 && s == 50) ecc += 3;  // while the node is idle
       std::vector<Reading> r = run % 2 ? f.Idle() : f.Training("n1", s, {});
       r.push_back({"gpu_ecc_dbe_total", 0, ecc});
       f.Send("n1", job, t, run % 2 ? std::nullopt : std::optional<int64_t>(s), r);
     }
-    ecc += 3;  // while the node ran the other job, whose red line saw it
   }
-  EXPECT_TRUE(f.Opened("ecc_double_bit").empty()) << f.Describe(f.updates());
+  const std::vector<IncidentUpdate> opened = f.Opened("ecc_double_bit");
+  ASSERT_EQ(opened.size(), 1u) << f.Describe(f.updates());
+  EXPECT_EQ(opened[0].incident.job, "idle");
+}
+
+// 100 one-second training frames of `job` on n1 from `t`, GPU 0's
+// double-bit ECC counter at ecc(step); returns the time after them.
+double TrainWithEcc(Fleet& f, const std::string& job, double t,
+                    const std::function<double(int)>& ecc) {
+  for (int s = 0; s < 100; ++s, t += 1) {
+    std::vector<Reading> r = f.Training("n1", s, {});
+    r.push_back({"gpu_ecc_dbe_total", 0, ecc(s)});
+    f.Send("n1", job, t, s, r);
+  }
+  return t;
+}
+
+TEST(DetectorCounterTest, AnErrorBetweenTwoJobsIsSeenByTheNext) {
+  for (const bool straight : {true, false}) {
+    Fleet f;
+    double t = TrainWithEcc(f, "train-a", kT0, [](int) { return 5; });
+    // The double-bit error ends train-a; the scheduler starts train-b on
+    // the node at once, or after the node was away for an hour (another
+    // server may have watched it meanwhile: nothing is carried then).
+    if (!straight) t += 3600;
+    TrainWithEcc(f, "train-b", t, [](int) { return 6; });
+    const std::vector<IncidentUpdate> ecc = f.Opened("ecc_double_bit");
+    if (straight) {
+      ASSERT_EQ(ecc.size(), 1u) << f.Describe(f.updates());
+      EXPECT_EQ(ecc[0].incident.job, "train-b");
+      EXPECT_EQ(ecc[0].incident.node, "n1");
+    } else {
+      EXPECT_TRUE(ecc.empty()) << f.Describe(f.updates());
+    }
+  }
+}
+
+// A value below the previous job's last (a driver reload reset the
+// counter, or another source reports it) is where the new job's count
+// starts, not a reset counted from zero; its later rise is an increase.
+TEST(DetectorCounterTest, ALowerValueAfterAJobChangeIsANewStart) {
+  Fleet f;
+  const double t = TrainWithEcc(f, "train-a", kT0, [](int) { return 5; });
+  TrainWithEcc(f, "train-b", t, [](int s) { return s < 50 ? 3 : 4; });
+  const std::vector<IncidentUpdate> ecc = f.Opened("ecc_double_bit");
+  ASSERT_EQ(ecc.size(), 1u) << f.Describe(f.updates());
+  EXPECT_EQ(ecc[0].ts, kT0 + 150);
 }
 
 }  // namespace
