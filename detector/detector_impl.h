@@ -312,6 +312,7 @@ struct Detector::Impl {
   // straight from its previous pair (still reporting, not handed to another
   // server) carries its error counters over (CarryNodeErrors).
   void Activate(uint32_t idx, const FrameView& frame);
+  // Activate without the carry.
   void ActivatePair(uint32_t idx, const FrameView& frame);
   // Keeps the last values of pair `from`'s error counters (before `ts`) as
   // carry_values of pair `to`, and notes them in carried_counters for

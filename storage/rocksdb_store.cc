@@ -20,15 +20,15 @@
 // before touching memory. A block that fills, or whose series has sent
 // nothing for idle_block_seconds (closed by the maintenance thread), is
 // written to `raw` in one batch with its cursor in `open` and the deletion
-// of its pieces. A
-// checkpoint (log over frame_log_checkpoint_bytes, Flush(), close) starts a
-// new log segment, then writes the unwritten tail of every open block as a
-// piece, then "log_start" = the new segment, then deletes older segments
-// (Flush and close write pieces and log start in one batch; the
-// maintenance thread writes the pieces slice by slice, pacing itself, and
-// the log start last). Opening loads the pieces as open blocks and replays segments
-// from log_start; samples already in closed blocks are dropped by the
-// out-of-order policy because the cursors are restored first.
+// of its pieces. A checkpoint (log over frame_log_checkpoint_bytes,
+// Flush(), close) starts a new log segment, then writes the unwritten tail
+// of every open block as a piece, then "log_start" = the new segment, then
+// deletes older segments (Flush and close write pieces and log start in one
+// batch; the maintenance thread writes the pieces slice by slice, pacing
+// itself, and the log start last). Opening loads the pieces as open blocks
+// and replays segments from log_start; samples already in closed blocks
+// are dropped by the out-of-order policy because the cursors are restored
+// first.
 //
 // Write errors (a full disk, a read-only data dir) never lose what was
 // accepted. A frame log write that fails refuses that Append (nothing is
