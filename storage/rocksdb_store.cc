@@ -1566,38 +1566,53 @@ void RocksDbStore::MaintenanceLoop() {
 
 absl::Status RocksDbStore::ScanOpenBlocks() {
   // Blocks looked at per hold of mu_ (a few hundred microseconds), and
-  // closes (~100 us each: decoding, chunk encoding) per hold at most, so
-  // that appends wait for one slice, as with checkpoints.
+  // closes (~100 us each: decoding, chunk encoding, the write) per hold at
+  // most, so that appends wait for one short slice. A whole job's series
+  // stop together: after a slice that closed blocks the thread rests as
+  // long as the slice took, as checkpoints do, instead of bursting.
   constexpr size_t kSlice = 4096;
-  constexpr int kMaxClosesPerSlice = 64;
+  constexpr int kMaxClosesPerSlice = 16;
+  constexpr double kMaxRestSeconds = 0.02;
+  Clock& clock = *options_.store.clock;
   const double idle = options_.idle_block_seconds;
   uint64_t open = 0;
   uint64_t bytes = 0;
   for (SeriesId id = 0;;) {
-    absl::MutexLock l(&mu_);
-    // While writes fail, closing would only add to what is owed.
-    if (!refusal_.ok()) return refusal_;
-    const int64_t now_s = StoreSeconds(options_.store.clock->Now());
-    rocksdb::WriteBatch batch;
+    const double start = clock.Now();
     int closes = 0;
-    const size_t end = std::min<size_t>(blocks_.size(), size_t{id} + kSlice);
-    for (; id < end && closes < kMaxClosesPerSlice; ++id) {
-      Block& b = blocks_[id];
-      if (b.samples.empty()) continue;
-      if (idle > 0 && now_s - int64_t{b.touched_s} >= idle) {
-        CloseBlock(id, &b, &batch);
-        ++closes;
-        ++idle_blocks_closed_;
-        continue;
+    {
+      absl::MutexLock l(&mu_);
+      // While writes fail, closing would only add to what is owed.
+      if (!refusal_.ok()) return refusal_;
+      const int64_t now_s = StoreSeconds(start);
+      rocksdb::WriteBatch batch;
+      const size_t end = std::min<size_t>(blocks_.size(), size_t{id} + kSlice);
+      for (; id < end && closes < kMaxClosesPerSlice; ++id) {
+        Block& b = blocks_[id];
+        if (b.samples.empty()) continue;
+        if (idle > 0 && now_s - int64_t{b.touched_s} >= idle) {
+          CloseBlock(id, &b, &batch);
+          ++closes;
+          ++idle_blocks_closed_;
+          continue;
+        }
+        ++open;
+        bytes += b.samples.capacity_bytes();
       }
-      ++open;
-      bytes += b.samples.capacity_bytes();
+      VIGIL_RETURN_IF_ERROR(WriteLocked(&batch));
+      if (id >= blocks_.size()) {
+        open_blocks_ = open;
+        open_block_bytes_ = bytes;
+        return absl::OkStatus();
+      }
     }
-    VIGIL_RETURN_IF_ERROR(WriteLocked(&batch));
-    if (id >= blocks_.size()) {
-      open_blocks_ = open;
-      open_block_bytes_ = bytes;
-      return absl::OkStatus();
+    const double rest = std::min(kMaxRestSeconds, clock.Now() - start);
+    if (closes > 0 && rest > 0) {
+      absl::MutexLock w(&wake_mu_);
+      if (wake_mu_.AwaitWithTimeout(
+              absl::Condition(+[](bool* stopping) { return *stopping; }, &stopping_),
+              absl::Seconds(rest)))
+        return absl::OkStatus();
     }
   }
 }
