@@ -131,7 +131,7 @@ void Detector::Impl::Inherit(SeriesState& s) {
     if (name->empty()) continue;
     auto pit = profiles.find(*name);
     if (pit == profiles.end()) continue;
-    Profile& p = pit->second;
+    const Profile& p = pit->second;
     if (p.nodes > 0 &&
         std::abs(live - p.nodes) >
             opt.lifecycle.family_node_tolerance * p.nodes + 1e-9) {
@@ -156,7 +156,6 @@ void Detector::Impl::Inherit(SeriesState& s) {
     s.spread = std::sqrt(within * within + between * between);
     s.stage = Stage::kInherited;
     s.widen = 1;
-    p.used_ts = ts;
     return;
   }
 }
@@ -170,7 +169,6 @@ void Detector::Impl::Contribute(const SeriesState& s) {
     if (name->empty()) continue;
     Profile& p = profiles[*name];
     p.nodes = std::max(j.peak_nodes, 1);
-    p.used_ts = ts;
     ProfileEntry& e = p.by_metric[metric];
     const std::pair<float, float> sample{static_cast<float>(s.level),
                                          static_cast<float>(s.spread)};

@@ -292,9 +292,10 @@ struct ProfileEntry {
 struct Profile {
   int nodes = 0;  // the node count of the run that learned it
   absl::flat_hash_map<std::string, ProfileEntry> by_metric;
-  // Data time it was last learned into, started from or had a run of it
-  // running (LifecycleOptions::forget_profile_s); NaN until the first
-  // Forget pass after it was restored or imported. Not in snapshots.
+  // Data time of the last Forget pass that found a run of it running
+  // (runs learn into profiles and start from them only while running;
+  // LifecycleOptions::forget_profile_s); NaN until the first pass after it
+  // was made, restored or imported. Not in snapshots.
   double used_ts = kNaN;
 };
 

@@ -212,8 +212,8 @@ struct LifecycleOptions {
   // learned baselines kept in the job's profile) after this long.
   double forget_ended_s = 7200;
   // A job's (and a family's) learned baselines, kept for its next run, are
-  // dropped once no run of it has learned into them, started from them or
-  // been running for this long: a site that names every job anew would
+  // dropped once no run of it has been running for this long (runs learn
+  // into them and start from them only while running): a site that names every job anew would
   // otherwise keep (and snapshot) one profile per job ever seen. A run
   // resumed later learns anew.
   double forget_profile_s = 30 * 86400.0;
