@@ -615,6 +615,10 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
   std::vector<int64_t> ts;
   std::vector<double> values;
   rocksdb::WriteBatch quarantine;
+  // The last piece decoded into a block, which the next piece of that block
+  // continues (keys sort by series, then piece time).
+  std::string previous_piece;
+  SeriesId previous_id = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
     if (k.size() != 4 && k.size() != 12)
@@ -647,8 +651,11 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       (void)quarantine.Delete(cf(kOpen), k);
       continue;
     }
+    const std::string_view previous =
+        previous_id == id && !b.samples.empty() ? std::string_view(previous_piece)
+                                                : std::string_view();
     const bool decoded = record.has_value()
-                             ? b.samples.DecodeRecord(piece, &ts, &values)
+                             ? b.samples.DecodeRecord(piece, previous, &ts, &values)
                              : DecodeChunk(piece, &ts, &values).ok();
     const int64_t block_start = b.samples.empty() && !ts.empty() ? ts[0] : b.start_ms;
     if (!decoded || std::any_of(ts.begin(), ts.end(), [&](int64_t t) {
@@ -668,6 +675,8 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       continue;
     }
     if (b.samples.empty()) b.start_ms = ts[0];
+    previous_piece.assign(piece);
+    previous_id = id;
     b.phased = true;
     b.pieces.push_back(Unbiased(GetBE(k.data() + 4, 8)));
     for (size_t i = 0; i < ts.size(); ++i) {

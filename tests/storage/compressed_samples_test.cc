@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/storage/xor_format_records.h"
 
 namespace vigil {
 namespace {
@@ -156,13 +157,104 @@ void NoisySeries(std::mt19937_64& rng, int n, std::vector<int64_t>* ts,
 // Rebuilds a sequence from `records` as the store's loader does: decode
 // each against what was rebuilt so far, then append its samples.
 bool Rebuild(const std::vector<std::string>& records, CompressedSamples* out) {
+  std::string previous;
   for (const std::string& record : records) {
     std::vector<int64_t> ts;
     std::vector<double> v;
-    if (!out->DecodeRecord(record, &ts, &v)) return false;
+    if (!out->DecodeRecord(record, previous, &ts, &v)) return false;
+    previous = record;
     for (size_t i = 0; i < ts.size(); ++i) out->Append(ts[i], v[i]);
   }
   return true;
+}
+
+// Sequences that move between the value codings: decimals whose scale
+// grows and shrinks, values no scale holds (-0.0, NaN, 0.1 + 0.2, beyond
+// 2^53) among them, jumps past any Rice code, changes in units that a later
+// change breaks, and XOR-coded runs that turn decimal again.
+TEST(CompressedSamplesTest, DecimalCodingEdgesRoundTrip) {
+  const std::vector<std::vector<double>> series = {
+      {1, 1.5, 1.25, 1.125, 1.0625, 1.03125, 2, 3, 4, 0.000001, 0.0000015, 7},
+      {300.5, -0.0, 300.5, std::numeric_limits<double>::quiet_NaN(), 300.25, 300.25, 0.1 + 0.2,
+       0.3, 0.3, 1e300, 2, 2, 2},
+      {9007199254740991.0, 9007199254740990.0, 9007199254740992.0, 1e17, -9007199254740991.0,
+       0, 4e15, -4e15, 0, 1},
+      {512, 1024, 4096, 4096 + 512, 1536, 1537, 1537 + 512, 0, -512, 1 << 21, 1 << 22},
+      {1.0 / 3, 2.0 / 3, 1.0 / 7, 1.0 / 9, 0.5, 0.75, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3,
+       1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 2, 3, 4, 5, 6, 7, 8, 9, 10},
+      {-273.15, -273.14, -273.16, 1e6, -1e6, 123456.789012, 123456.789013, 5e-7, -5e-7},
+  };
+  for (const std::vector<double>& v : series) {
+    std::vector<int64_t> ts;
+    for (size_t i = 0; i < v.size(); ++i) ts.push_back(1764000000000 + 1000 * int64_t(i));
+    RoundTrip(ts, v);
+  }
+  // Long random sequences of those kinds of value, cut into records.
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<int64_t> ts;
+    std::vector<double> v;
+    int64_t t = 1764000000000;
+    int64_t q = static_cast<int64_t>(rng() % 100000);
+    int scale = static_cast<int>(rng() % 7);
+    const int64_t unit = int64_t{1} << (rng() % 22);
+    const int n = 1 + static_cast<int>(rng() % 600);
+    for (int i = 0; i < n; ++i) {
+      t += 1000;
+      ts.push_back(t);
+      switch (rng() % 16) {
+        case 0: v.push_back(FromBits(rng())); break;
+        case 1: q += static_cast<int64_t>(rng() >> 12) - (int64_t{1} << 51); break;
+        case 2: scale = static_cast<int>(rng() % 7); break;
+        case 3: q += 1; break;
+        default: q += unit * (static_cast<int64_t>(rng() % 41) - 20); break;
+      }
+      if (v.size() < ts.size()) {
+        static constexpr double kPow10[] = {1, 10, 100, 1e3, 1e4, 1e5, 1e6};
+        v.push_back(static_cast<double>(q % (int64_t{1} << 53)) / kPow10[scale]);
+      }
+    }
+    RoundTrip(ts, v);
+    CompressedSamples samples;
+    std::vector<std::string> records;
+    CompressedSamples::Mark mark = samples.mark();
+    for (size_t i = 0; i < ts.size(); ++i) {
+      samples.Append(ts[i], v[i]);
+      if (rng() % 29 == 0 || i + 1 == ts.size()) {
+        records.emplace_back();
+        samples.AppendRecordSince(mark, &records.back());
+        mark = samples.mark();
+      }
+    }
+    CompressedSamples rebuilt;
+    ASSERT_TRUE(Rebuild(records, &rebuilt)) << "round " << round;
+    std::vector<int64_t> ts_out;
+    std::vector<double> v_out;
+    rebuilt.Decode(0, &ts_out, &v_out);
+    ASSERT_EQ(ts_out, ts);
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(Bits(v_out[i]), Bits(v[i])) << i;
+  }
+}
+
+// What agents report is mostly decimal: its samples cost what their
+// changes cost, not the ~30-50 bits of a double's XOR.
+TEST(CompressedSamplesTest, DecimalSeriesCostTheirChanges) {
+  std::mt19937_64 rng(3);
+  std::vector<int64_t> ts;
+  std::vector<double> power, memory, counter;
+  int64_t mw = 300000, pages = 39000, bytes = 0;
+  for (int i = 0; i < 720; ++i) {
+    ts.push_back(1764000000000 + 1000 * i);
+    mw += static_cast<int64_t>(rng() % 101) - 50;  // watts to the milliwatt, +-50 mW
+    power.push_back(static_cast<double>(mw) / 1000);
+    if (rng() % 4 == 0) pages += static_cast<int64_t>(rng() % 3) - 1;  // 2 MiB pages
+    memory.push_back(static_cast<double>(pages << 21));
+    bytes += 25'000'000'000 + static_cast<int64_t>(rng() % 1'000'000);  // 25 GB/s
+    counter.push_back(static_cast<double>(bytes));
+  }
+  EXPECT_LT(RoundTrip(ts, power), 720u * 12 / 8);    // < 12 bits a sample
+  EXPECT_LT(RoundTrip(ts, memory), 720u * 4 / 8);    // < 4 bits a sample
+  EXPECT_LT(RoundTrip(ts, counter), 720u * 30 / 8);  // < 30 bits a sample
 }
 
 TEST(CompressedSamplesTest, RecordsSinceMarksRebuildTheSequence) {
@@ -215,16 +307,54 @@ TEST(CompressedSamplesTest, RecordDecodesOnlyAfterWhatItContinues) {
   std::vector<double> v;
 
   CompressedSamples empty;
-  EXPECT_FALSE(empty.DecodeRecord(second, &ts, &v)) << "continues nothing";
+  EXPECT_FALSE(empty.DecodeRecord(second, first, &ts, &v)) << "continues nothing";
   CompressedSamples other;
   for (int i = 0; i < 10; ++i) other.Append(1000 * i, 2.0 + i);
-  EXPECT_FALSE(other.DecodeRecord(second, &ts, &v)) << "continues other samples";
-  EXPECT_FALSE(other.DecodeRecord(first, &ts, &v)) << "a block's start, not a continuation";
+  EXPECT_FALSE(other.DecodeRecord(second, first, &ts, &v)) << "continues other samples";
+  EXPECT_FALSE(other.DecodeRecord(first, "", &ts, &v)) << "a block's start, not a continuation";
   ts.clear();
   v.clear();
-  ASSERT_TRUE(empty.DecodeRecord(first, &ts, &v));
+  ASSERT_TRUE(empty.DecodeRecord(first, "", &ts, &v));
   EXPECT_EQ(ts.size(), 20u);
   EXPECT_EQ(v.back(), 20.0);
+}
+
+TEST(CompressedSamplesTest, RecordsOfTheXorFormatStillDecode) {
+  std::vector<std::string> records = testing::XorFormatRecords();
+  CompressedSamples rebuilt;
+  ASSERT_TRUE(Rebuild(records, &rebuilt));
+  std::vector<int64_t> ts;
+  std::vector<double> v;
+  rebuilt.Decode(0, &ts, &v);
+  std::vector<int64_t> want_ts;
+  std::vector<double> want;
+  testing::XorFormatSamples(&want_ts, &want);
+  ASSERT_EQ(v.size(), want.size());
+  EXPECT_EQ(ts, want_ts);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(Bits(v[i]), Bits(want[i])) << i;
+  const int64_t t = want_ts.back();
+  // A continuing one needs the record before it.
+  CompressedSamples first;
+  std::vector<int64_t> ts1;
+  std::vector<double> v1;
+  ASSERT_TRUE(first.DecodeRecord(records[0], "", &ts1, &v1));
+  for (size_t i = 0; i < ts1.size(); ++i) first.Append(ts1[i], v1[i]);
+  EXPECT_FALSE(first.DecodeRecord(records[1], "", &ts1, &v1));
+  EXPECT_FALSE(first.DecodeRecord(records[1], records[2], &ts1, &v1));
+  // The rebuilt block goes on in the current format, and a record of it
+  // continues the old ones.
+  const CompressedSamples::Mark mark = rebuilt.mark();
+  rebuilt.Append(t + 1000, 352.5);
+  rebuilt.Append(t + 2000, 353);
+  std::string next;
+  rebuilt.AppendRecordSince(mark, &next);
+  records.push_back(next);
+  CompressedSamples again;
+  ASSERT_TRUE(Rebuild(records, &again));
+  ts.clear();
+  v.clear();
+  again.Decode(22, &ts, &v);
+  EXPECT_EQ(v, (std::vector<double>{350, 351, 352.5, 353}));
 }
 
 TEST(CompressedSamplesTest, DamagedRecordsAreRefusedOrDecodeExactly) {
@@ -244,10 +374,10 @@ TEST(CompressedSamplesTest, DamagedRecordsAreRefusedOrDecodeExactly) {
   std::vector<int64_t> ts_out;
   std::vector<double> v_out;
   for (size_t len = 0; len < record.size(); ++len) {
-    EXPECT_FALSE(base.DecodeRecord(record.substr(0, len), &ts_out, &v_out))
+    EXPECT_FALSE(base.DecodeRecord(record.substr(0, len), "", &ts_out, &v_out))
         << "cut at " << len;
   }
-  EXPECT_FALSE(base.DecodeRecord(record + "x", &ts_out, &v_out));
+  EXPECT_FALSE(base.DecodeRecord(record + "x", "", &ts_out, &v_out));
   // Every single-bit flip is refused, or (a padding bit) decodes to the
   // very same samples: never to other samples.
   for (size_t bit = 0; bit < record.size() * 8; ++bit) {
@@ -255,7 +385,7 @@ TEST(CompressedSamplesTest, DamagedRecordsAreRefusedOrDecodeExactly) {
     damaged[bit / 8] = static_cast<char>(damaged[bit / 8] ^ (1 << (bit % 8)));
     ts_out.clear();
     v_out.clear();
-    if (!base.DecodeRecord(damaged, &ts_out, &v_out)) continue;
+    if (!base.DecodeRecord(damaged, "", &ts_out, &v_out)) continue;
     ASSERT_EQ(ts_out.size(), 60u) << "bit " << bit;
     for (size_t i = 0; i < 60; ++i) {
       ASSERT_EQ(ts_out[i], ts[60 + i]) << "bit " << bit;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "storage/frame_log.h"
 #include "gmock/gmock.h"
 #include "tests/storage/store_test_util.h"
+#include "tests/storage/xor_format_records.h"
 
 namespace vigil::testing {
 namespace {
@@ -726,13 +728,15 @@ TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
   stagger_ = false;  // counts on where blocks end
   AppendAcrossTwoCheckpoints(5, 10);  // two pieces per series
   std::map<std::string, CompressedSamples> rebuilt;  // by series id
+  std::map<std::string, std::string> previous;      // by series id
   int pieces = 0;
   ASSERT_TRUE(EditPieces(dir_.path(), [&](const std::string& key, const std::string& value) {
     ++pieces;
     CompressedSamples& samples = rebuilt[key.substr(0, 4)];
     std::vector<int64_t> ts;
     std::vector<double> values;
-    EXPECT_TRUE(samples.DecodeRecord(value, &ts, &values));
+    EXPECT_TRUE(samples.DecodeRecord(value, previous[key.substr(0, 4)], &ts, &values));
+    previous[key.substr(0, 4)] = value;
     for (size_t i = 0; i < ts.size(); ++i) samples.Append(ts[i], values[i]);
     std::string old_key = key.substr(0, 4);
     PutBE(&old_key, Biased(ts.front()), 8);
@@ -755,6 +759,55 @@ TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
   auto store = Open();
   EXPECT_EQ(StoredFrames(store.get()), 40);
   EXPECT_EQ(store->Stats().chunks_quarantined, 0u);
+}
+
+// A data dir from before decimal coding holds pieces of the XOR-only format
+// (0x47): they load, each continuing from the XOR window of the one before,
+// and the block goes on in the current format.
+TEST_F(RocksDbStoreTest, PiecesOfTheXorFormatStillLoad) {
+  stagger_ = false;
+  AppendAcrossTwoCheckpoints(5, 10);
+  std::vector<int64_t> want_ts;
+  std::vector<double> want;
+  XorFormatSamples(&want_ts, &want);
+  // Series 0's pieces become the three old records (its samples at
+  // kT0 + 1 .. 24 s); the frame log's frames of it are older and dropped.
+  bool replaced = false;
+  ASSERT_TRUE(EditPieces(dir_.path(), [&](const std::string& key, const std::string& value) {
+    std::vector<std::pair<std::string, std::string>> out;
+    std::string series0;
+    PutBE(&series0, 0, 4);
+    if (!key.starts_with(series0)) return decltype(out){{key, value}};
+    if (replaced) return out;
+    replaced = true;
+    const std::vector<std::string> records = XorFormatRecords();
+    const int64_t last_ms[] = {want_ts[7], want_ts[15], want_ts[23]};
+    for (size_t i = 0; i < records.size(); ++i) {
+      std::string piece_key;
+      PutBE(&piece_key, 0, 4);
+      PutBE(&piece_key, Biased(last_ms[i]), 8);
+      out.emplace_back(piece_key, records[i]);
+    }
+    return out;
+  }));
+  ASSERT_TRUE(replaced);
+  auto check = [&](SeriesStore* store, size_t n) {
+    auto got = store->Query(0, kT0, kT0 + 100);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), n);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ((*got)[i].ts, want_ts[i] / 1000.0) << i;
+      EXPECT_EQ(std::bit_cast<uint64_t>((*got)[i].value), std::bit_cast<uint64_t>(want[i])) << i;
+    }
+    EXPECT_EQ(store->Stats().chunks_quarantined, 0u);
+  };
+  {
+    auto store = Open();
+    check(store.get(), 24);
+    ASSERT_TRUE(AppendFrameAt(store.get(), 30).ok());
+  }  // a record of the current format continues the old ones
+  auto store = Open();
+  check(store.get(), 25);
 }
 
 // A damaged piece is set aside with the pieces that continue it; the other
