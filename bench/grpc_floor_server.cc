@@ -18,6 +18,8 @@
 //   --channel-arg=NAME=N an integer gRPC channel argument on top of
 //                        vigil-server's (repeatable), to try a setting on
 //                        the floor before vigil-server takes it
+//   --memory-quota-mib=N a gRPC ResourceQuota of N MiB for the server (0,
+//                        the default: none), to see what it holds back
 // Other flags (those ingest_bench passes to vigil-server) are ignored.
 #include <chrono>
 #include <condition_variable>
@@ -171,6 +173,7 @@ std::string FlagValue(std::string_view arg, std::string_view name) {
 int main(int argc, char** argv) {
   std::string grpc_listen, http_listen, ack_from = "worker";
   int nap_us = 0;
+  long quota_mib = 0;
   std::vector<std::pair<std::string, int>> channel_args;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -187,6 +190,14 @@ int main(int argc, char** argv) {
     if (std::string v = FlagValue(arg, "grpc-listen"); !v.empty()) grpc_listen = v;
     if (std::string v = FlagValue(arg, "http-listen"); !v.empty()) http_listen = v;
     if (std::string v = FlagValue(arg, "ack-from"); !v.empty()) ack_from = v;
+    if (std::string v = FlagValue(arg, "memory-quota-mib"); !v.empty()) {
+      char* end = nullptr;
+      quota_mib = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || quota_mib < 0 || quota_mib > 1 << 20) {
+        std::fprintf(stderr, "--memory-quota-mib: expected 0..1048576, got %s\n", v.c_str());
+        return 2;
+      }
+    }
     if (std::string v = FlagValue(arg, "worker-nap-us"); !v.empty()) {
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
@@ -201,7 +212,8 @@ int main(int argc, char** argv) {
       (ack_from != "cq" && ack_from != "worker")) {
     std::fprintf(stderr,
                  "usage: grpc_floor_server --grpc-listen=ADDR --http-listen=HOST:PORT "
-                 "[--ack-from=cq|worker] [--worker-nap-us=N] [--channel-arg=NAME=N]...\n");
+                 "[--ack-from=cq|worker] [--worker-nap-us=N] [--channel-arg=NAME=N]... "
+                 "[--memory-quota-mib=N]\n");
     return 2;
   }
   const size_t colon = http_listen.rfind(':');
@@ -224,6 +236,11 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   for (const auto& [name, value] : channel_args) builder.AddChannelArgument(name, value);
+  grpc::ResourceQuota quota("grpc_floor_server");
+  if (quota_mib > 0) {
+    quota.Resize(static_cast<size_t>(quota_mib) << 20);
+    builder.SetResourceQuota(quota);
+  }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::ServerCompletionQueue> cq = builder.AddCompletionQueue();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
