@@ -14,6 +14,7 @@ namespace vigil {
 using detector_internal::ClampTo;
 using detector_internal::GpuState;
 using detector_internal::JobState;
+using detector_internal::KeyParts;
 using detector_internal::kInf;
 using detector_internal::kNaN;
 using detector_internal::kNone;
@@ -185,7 +186,8 @@ absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
   }
   Impl& m = *impl_;
   if (id < m.dense_of_id.size() && m.dense_of_id[id] != kNone) {
-    if (m.keys[m.dense_of_id[id]] == EncodeSeriesKey(key)) return absl::OkStatus();
+    if (EncodeSeriesKey(m.KeyOf(m.dense_of_id[id])) == EncodeSeriesKey(key))
+      return absl::OkStatus();
     return absl::AlreadyExistsError(
         absl::StrCat("series id ", id, " is already ",
                      m.KeyOf(m.dense_of_id[id]).ToString()));
@@ -221,12 +223,12 @@ absl::Status Detector::RegisterSeries(uint32_t id, const SeriesKey& key) {
     dense = m.free_series.back();
     m.free_series.pop_back();
     m.series[dense] = std::move(s);
-    m.keys[dense] = EncodeSeriesKey(key);
   } else {
     dense = static_cast<uint32_t>(m.series.size());
     m.series.push_back(std::move(s));
-    m.keys.push_back(EncodeSeriesKey(key));
+    m.keys.emplace_back();
   }
+  m.SetKey(dense, key);
   m.dense_of_id[id] = dense;
   if (auto it = m.pending_series.find(id); it != m.pending_series.end()) {
     m.ApplySeries(dense, it->second);
@@ -299,6 +301,69 @@ void Detector::Impl::Activate(uint32_t idx, const FrameView& frame) {
   }
   ActivatePair(idx, frame);
   if (previous != kNone) CarryNodeErrors(previous, idx, frame.ts);
+}
+
+uint32_t detector_internal::StringInterner::Add(std::string_view s) {
+  if (auto it = ids_.find(AbslView(s)); it != ids_.end()) {
+    ++counts_[it->second];
+    return it->second;
+  }
+  uint32_t id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    id = static_cast<uint32_t>(strings_.size());
+    strings_.emplace_back();
+    counts_.push_back(0);
+  }
+  strings_[id] = std::make_unique<std::string>(s);
+  counts_[id] = 1;
+  ids_.emplace(AbslView(*strings_[id]), id);
+  return id;
+}
+
+void detector_internal::StringInterner::Release(uint32_t id) {
+  if (--counts_[id] > 0) return;
+  ids_.erase(AbslView(*strings_[id]));
+  strings_[id].reset();
+  free_.push_back(id);
+}
+
+void Detector::Impl::SetKey(uint32_t dense, const SeriesKey& key) {
+  const bool sorted = std::is_sorted(key.labels.begin(), key.labels.end());
+  SeriesKey shape{.metric = key.metric, .labels = {}};
+  SeriesKey scope;
+  for (const Label& label : key.labels) {
+    const bool split = sorted && (label.first == "job" || label.first == "node");
+    (split ? scope : shape).labels.push_back(label);
+  }
+  keys[dense] = KeyParts{.shape = key_shapes.Add(EncodeSeriesKey(shape)),
+                         .scope = key_scopes.Add(EncodeSeriesKey(scope))};
+}
+
+void Detector::Impl::ClearKey(uint32_t dense) {
+  KeyParts& parts = keys[dense];
+  if (parts.shape == kNone) return;
+  key_shapes.Release(parts.shape);
+  key_scopes.Release(parts.scope);
+  parts = KeyParts();
+}
+
+SeriesKey Detector::Impl::KeyOf(uint32_t dense) const {
+  const KeyParts& parts = keys[dense];
+  if (parts.shape == kNone) return SeriesKey();
+  SeriesKey key = DecodeSeriesKey(key_shapes.Get(parts.shape)).value_or(SeriesKey());
+  absl::StatusOr<SeriesKey> scope = DecodeSeriesKey(key_scopes.Get(parts.scope));
+  if (scope.ok()) {
+    // The shape's labels are sorted (or the scope is empty): put each back
+    // where it was.
+    for (Label& label : scope->labels) {
+      auto at = std::upper_bound(key.labels.begin(), key.labels.end(), label);
+      key.labels.insert(at, std::move(label));
+    }
+  }
+  return key;
 }
 
 std::string Detector::Impl::NodeWideKey(uint32_t dense) const {

@@ -299,6 +299,34 @@ struct Profile {
   double used_ts = kNaN;
 };
 
+// Strings that many holders share, each kept once with a count of its
+// holders; an id is reused once its count falls to zero. Not thread-safe.
+class StringInterner {
+ public:
+  // The id of `s`, its count raised by one.
+  uint32_t Add(std::string_view s);
+  // Lowers the count of `id` (one Add's); at zero the string is freed.
+  void Release(uint32_t id);
+  // The string of a live id.
+  std::string_view Get(uint32_t id) const { return *strings_[id]; }
+  // Strings held.
+  size_t size() const { return strings_.size() - free_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<std::string>> strings_;  // by id; null: free
+  std::vector<uint32_t> counts_;
+  std::vector<uint32_t> free_;
+  absl::flat_hash_map<absl::string_view, uint32_t> ids_;  // views of strings_
+};
+
+// A series' key as two interned parts (Detector::Impl::SetKey): its
+// metric and labels but job and node (a few hundred shapes across a
+// fleet), and those two labels (one per job and node). kNone: a free slot.
+struct KeyParts {
+  uint32_t shape = kNone;
+  uint32_t scope = kNone;
+};
+
 }  // namespace detector_internal
 
 // Everything Detector owns; see detector.cc, detector_baseline.cc,
@@ -444,13 +472,20 @@ struct Detector::Impl {
   std::optional<std::regex> family_re;
   std::vector<uint32_t> dense_of_id;
   std::vector<detector_internal::SeriesState> series;
-  // By dense index: the series' key, encoded (EncodeSeriesKey; about half
-  // the memory of a SeriesKey); "" for a free slot.
-  std::vector<std::string> keys;
-  // The key of series `dense`, decoded.
-  SeriesKey KeyOf(uint32_t dense) const {
-    return DecodeSeriesKey(keys[dense]).value_or(SeriesKey());
-  }
+  // By dense index: the series' key in two interned parts, 8 bytes a
+  // series where its encoded key took ~110 (bench/RESULTS.md, "Where a
+  // series' memory goes").
+  detector_internal::StringInterner key_shapes, key_scopes;
+  std::vector<detector_internal::KeyParts> keys;
+  // Makes `key` the key of slot `dense` (free, or its key cleared). A key
+  // whose labels are sorted by name (a normalized one, as the store's) is
+  // split into its job and node labels and the rest; any other is kept
+  // whole, so that KeyOf gives back exactly what was set.
+  void SetKey(uint32_t dense, const SeriesKey& key);
+  // Frees the key of slot `dense`.
+  void ClearKey(uint32_t dense);
+  // The key of series `dense`; an empty key for a free slot.
+  SeriesKey KeyOf(uint32_t dense) const;
   std::vector<uint32_t> free_series;
   std::vector<detector_internal::SeriesAux> aux;
   std::vector<uint32_t> free_aux;

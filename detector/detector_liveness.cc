@@ -478,7 +478,7 @@ void Detector::Impl::FreePair(uint32_t idx) {
       free_aux.push_back(s.aux);
     }
     s = SeriesState();
-    keys[dense] = std::string();
+    ClearKey(dense);
     primed_counters.erase(dense);
     carried_counters.erase(dense);
     free_series.push_back(dense);

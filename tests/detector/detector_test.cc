@@ -87,6 +87,38 @@ TEST(DetectorTest, RegisterSeriesErrors) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The detector keeps a key as interned parts (its job and node labels, and
+// the rest); what it gives back is exactly what was registered: sorted or
+// not, with or without those labels, sharing parts with other series.
+TEST(DetectorTest, KeysComeBackAsRegistered) {
+  Detector d;
+  std::vector<SeriesKey> keys;
+  for (const char* job : {"j1", "j2"}) {
+    for (const char* node : {"n1", "n2"}) {
+      for (const char* gpu : {"0", "1"}) {
+        keys.push_back({"gpu_power_watts", {{"gpu", gpu}, {"job", job}, {"node", node}}});
+        keys.push_back({"gpu_xid_last", {{"gpu", gpu}, {"job", job}, {"node", node}}});
+      }
+      keys.push_back({"net_rx_bytes_total", {{"dev", "mlx5_0"}, {"job", job}, {"node", node},
+                                             {"port", "1"}}});
+    }
+  }
+  keys.push_back({"node_up", {{"node", "n1"}}});                          // no job
+  keys.push_back({"train_loss", {}});                                     // no labels
+  keys.push_back({"gpu_power_watts", {{"node", "n1"}, {"gpu", "0"}, {"job", "j1"}}});  // unsorted
+  keys.push_back({"gpu_power_watts", {{"job", "a"}, {"job", "b"}}});      // a name twice
+  for (uint32_t id = 0; id < keys.size(); ++id) ASSERT_TRUE(d.RegisterSeries(id, keys[id]).ok());
+  for (uint32_t id = 0; id < keys.size(); ++id) {
+    EXPECT_TRUE(d.RegisterSeries(id, keys[id]).ok()) << keys[id].ToString();
+    SeriesKey other = keys[id];
+    other.labels.emplace_back("zz", "1");
+    const absl::Status s = d.RegisterSeries(id, other);
+    EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+    EXPECT_TRUE(std::string(s.message()).ends_with(" is already " + keys[id].ToString()))
+        << s.message();
+  }
+}
+
 TEST(DetectorTest, UnregisteredSamplesAreCounted) {
   Detector d;
   std::vector<uint32_t> ids = {7, 8};
