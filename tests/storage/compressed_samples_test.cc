@@ -168,6 +168,18 @@ bool Rebuild(const std::vector<std::string>& records, CompressedSamples* out) {
   return true;
 }
 
+// Checks that `records` rebuild exactly samples `ts`, `v`.
+void ExpectRebuilt(const std::vector<std::string>& records, const std::vector<int64_t>& ts,
+                   const std::vector<double>& v) {
+  CompressedSamples rebuilt;
+  ASSERT_TRUE(Rebuild(records, &rebuilt));
+  std::vector<int64_t> ts_out;
+  std::vector<double> v_out;
+  rebuilt.Decode(0, &ts_out, &v_out);
+  ASSERT_EQ(ts_out, ts);
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(Bits(v_out[i]), Bits(v[i])) << i;
+}
+
 // Sequences that move between the value codings: decimals whose scale
 // grows and shrinks, values no scale holds (-0.0, NaN, 0.1 + 0.2, beyond
 // 2^53) among them, jumps past any Rice code, changes in units that a later
@@ -226,13 +238,8 @@ TEST(CompressedSamplesTest, DecimalCodingEdgesRoundTrip) {
         mark = samples.mark();
       }
     }
-    CompressedSamples rebuilt;
-    ASSERT_TRUE(Rebuild(records, &rebuilt)) << "round " << round;
-    std::vector<int64_t> ts_out;
-    std::vector<double> v_out;
-    rebuilt.Decode(0, &ts_out, &v_out);
-    ASSERT_EQ(ts_out, ts);
-    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(Bits(v_out[i]), Bits(v[i])) << i;
+    SCOPED_TRACE(round);
+    ExpectRebuilt(records, ts, v);
   }
 }
 
@@ -285,13 +292,8 @@ TEST(CompressedSamplesTest, RecordsSinceMarksRebuildTheSequence) {
     samples.AppendRecordSince(samples.mark(), &none);
     EXPECT_TRUE(none.empty()) << "nothing after the last mark";
 
-    CompressedSamples rebuilt;
-    ASSERT_TRUE(Rebuild(records, &rebuilt)) << "round " << round;
-    std::vector<int64_t> ts_out;
-    std::vector<double> v_out;
-    rebuilt.Decode(0, &ts_out, &v_out);
-    ASSERT_EQ(ts_out, ts);
-    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(Bits(v_out[i]), Bits(v[i]));
+    SCOPED_TRACE(round);
+    ExpectRebuilt(records, ts, v);
   }
 }
 
