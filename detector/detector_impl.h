@@ -309,8 +309,6 @@ class StringInterner {
   void Release(uint32_t id);
   // The string of a live id.
   std::string_view Get(uint32_t id) const { return *strings_[id]; }
-  // Strings held.
-  size_t size() const { return strings_.size() - free_.size(); }
 
  private:
   std::vector<std::unique_ptr<std::string>> strings_;  // by id; null: free

@@ -386,7 +386,7 @@ bool ParseModel(std::string_view* in, ValueModel* m) {
   if (!GetVarint64(in, &q) || !GetVarint64(in, &dq) || !GetVarint64(in, &m->unit) ||
       !GetVarint32(in, &m->mean) ||
       !GetVarint32(in, &cost_delta) || !GetVarint32(in, &cost_dod) ||
-      cost_delta > 0xffff || cost_dod > 0xffff)
+      cost_delta > 0xffff || cost_dod > 0xffff || m->mean > 16 * 64)
     return false;
   m->q = UnZigZag(q);
   m->dq = UnZigZag(dq);
