@@ -23,47 +23,31 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "agent/sim/simulator.h"
+#include "common/flags.h"
 #include "common/clock.h"
 #include "server/detection/detection_service.h"
 #include "storage/rocksdb_store.h"
 
+ABSL_FLAG(int, nodes, 256, "N: simulated 8-GPU nodes");
+ABSL_FLAG(int, nodes_per_job, 32, "N: nodes of each job");
+ABSL_FLAG(int, ticks, 2400, "N: ticks at 1 Hz fed into each part");
+ABSL_FLAG(int64_t, learn_steps, 1000, "N: the detector's learning steps");
+ABSL_FLAG(int64_t, warmup_steps, 200, "N: the detector's warm-up steps");
+ABSL_FLAG(std::string, data_dir, "",
+          "DIR: the store's data dir (default: a fresh one under the temp dir, removed)");
+
 namespace {
 
 struct Args {
-  int nodes = 256;
-  int nodes_per_job = 32;
-  int ticks = 2400;
-  int64_t learn_steps = 1000;
-  int64_t warmup_steps = 200;
+  int nodes = 0;
+  int nodes_per_job = 0;
+  int ticks = 0;
+  int64_t learn_steps = 0;
+  int64_t warmup_steps = 0;
   std::string data_dir;
 };
-
-bool ParseArgs(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      const std::string prefix = std::string("--") + name + "=";
-      return arg.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
-    };
-    if (auto v = value("nodes")) a->nodes = std::atoi(v);
-    else if (auto v = value("nodes-per-job")) a->nodes_per_job = std::atoi(v);
-    else if (auto v = value("ticks")) a->ticks = std::atoi(v);
-    else if (auto v = value("learn-steps")) a->learn_steps = std::atoll(v);
-    else if (auto v = value("warmup-steps")) a->warmup_steps = std::atoll(v);
-    else if (auto v = value("data-dir")) a->data_dir = v;
-    else {
-      std::fprintf(stderr, "memory_bench: unknown argument %s\n", argv[i]);
-      return false;
-    }
-  }
-  if (a->nodes <= 0 || a->nodes_per_job <= 0 || a->ticks <= 0 ||
-      a->learn_steps <= 0 || a->warmup_steps < 0) {
-    std::fprintf(stderr, "memory_bench: counts must be positive\n");
-    return false;
-  }
-  return true;
-}
 
 // Heap bytes in use: allocated from the arenas and in mmapped chunks.
 double HeapInUse() {
@@ -134,8 +118,25 @@ void RunTick(Cluster& c, double ts, F&& frame) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args;
-  if (!ParseArgs(argc, argv, &args)) return 2;
+  vigil::flags::ParseOrExit(
+      {.name = "memory_bench",
+       .synopsis = "memory_bench [--nodes=N] [--nodes-per-job=N] [--ticks=N] [--learn-steps=N]\n"
+                   "                    [--warmup-steps=N] [--data-dir=DIR]",
+       .about = "Heap bytes a series costs in the store (index, samples) and in detection\n"
+                "(during and after learning), measured apart (bench/RESULTS.md).",
+       .flags_file = __FILE__},
+      argc, argv);
+  const Args args{.nodes = absl::GetFlag(FLAGS_nodes),
+                  .nodes_per_job = absl::GetFlag(FLAGS_nodes_per_job),
+                  .ticks = absl::GetFlag(FLAGS_ticks),
+                  .learn_steps = absl::GetFlag(FLAGS_learn_steps),
+                  .warmup_steps = absl::GetFlag(FLAGS_warmup_steps),
+                  .data_dir = absl::GetFlag(FLAGS_data_dir)};
+  if (args.nodes <= 0 || args.nodes_per_job <= 0 || args.ticks <= 0 ||
+      args.learn_steps <= 0 || args.warmup_steps < 0) {
+    std::fprintf(stderr, "memory_bench: counts must be positive (see --help)\n");
+    return vigil::flags::kExitUsage;
+  }
   const std::string dir =
       args.data_dir.empty()
           ? (std::filesystem::temp_directory_path() /
@@ -239,7 +240,7 @@ int main(int argc, char** argv) {
                 view.values = values;
                 detection.OnFrame(0, view);
               });
-      if (t == args.ticks / 2) learning_bytes = std::max(learning_bytes, HeapInUse() - started);
+      if (t == args.ticks / 2) learning_bytes = HeapInUse() - started;
     }
     malloc_trim(0);
     learned_bytes = HeapInUse() - started;
