@@ -15,6 +15,9 @@
 //   quarantine family(u8) key                     -> a value that could not
 //                                                    be decoded, kept aside
 // `day` is that of the block start, so raw retention deletes whole days.
+// Service state (PutState) is in the default family under "state/"; a
+// state value written in parts (NewStateWriter: the detection snapshot) is
+// a file of <data dir>/state/, which GetState reads first.
 //
 // Durability: Append() writes its frames to the frame log (frame_log.h)
 // before touching memory. A block that fills, or whose series has sent
@@ -54,10 +57,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -97,6 +102,23 @@ constexpr char kLogStartKey[] = "log_start";
 constexpr char kNextSeqKey[] = "next_event_seq";
 // Service state (PutState) lives in the meta family under this prefix.
 constexpr char kStatePrefix[] = "state/";
+
+// The file of a state value written in parts: <data dir>/state/<key>, the
+// key's bytes other than letters, digits, '.', '-' and '_' as %XX (so no
+// two keys share a file), and a key "." or ".." all as %2E.
+std::string StateFilePath(const std::string& data_dir, std::string_view key) {
+  const bool dots = key == "." || key == "..";
+  std::string name;
+  for (char c : key) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (!dots && (std::isalnum(u) || c == '.' || c == '-' || c == '_')) {
+      name.push_back(c);
+    } else {
+      absl::StrAppend(&name, "%", absl::Hex(u, absl::kZeroPad2));
+    }
+  }
+  return absl::StrCat(data_dir, "/state/", name);
+}
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -332,6 +354,8 @@ class RocksDbStore : public SeriesStore {
   absl::StatusOr<uint64_t> AppendEvent(const Event& event) override;
   absl::Status PutState(std::string_view key, std::string_view value) override;
   absl::StatusOr<std::string> GetState(std::string_view key) const override;
+  absl::StatusOr<std::unique_ptr<StateWriter>> NewStateWriter(
+      std::string_view key) override;
   absl::Status DeleteEventsBefore(std::string_view stream, double ts) override;
   std::vector<Event> ListEvents(std::string_view stream, double from,
                                 double to, size_t limit) const override;
@@ -454,6 +478,9 @@ class RocksDbStore : public SeriesStore {
   // Turns raw day `day` into rollups; false if a late write forced a retry.
   absl::StatusOr<bool> RollUpDay(int64_t day);
   rocksdb::ColumnFamilyHandle* cf(Cf c) const { return handles_[c]; }
+  rocksdb::Env* env() const {
+    return options_.env != nullptr ? options_.env : rocksdb::Env::Default();
+  }
 
   const RocksDbStoreOptions options_;
   const int64_t block_ms_;
@@ -1269,12 +1296,103 @@ absl::Status RocksDbStore::PutState(std::string_view key,
   (void)batch.Put(cf(kMeta), absl::StrCat(kStatePrefix, std::string(key)),
                   rocksdb::Slice(value.data(), value.size()));
   absl::Status s = DbWrite(write, &batch, "cannot store state");
-  if (!s.ok()) NoteError(s);
-  return s;
+  if (!s.ok()) {
+    NoteError(s);
+    return s;
+  }
+  // A file written by NewStateWriter would shadow the new value.
+  const std::string file = StateFilePath(options_.data_dir, key);
+  if (env()->FileExists(file).ok()) {
+    return FromRocksWrite(env()->DeleteFile(file), "cannot delete a state file");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Writes a state value to <path>.tmp part by part; Commit syncs it,
+// renames it to <path>, syncs the directory and then drops the value the
+// meta family may still hold under the key (GetState reads the file first,
+// so a crash in between reads the new value).
+class FileStateWriter : public StateWriter {
+ public:
+  FileStateWriter(rocksdb::Env* env, std::string path,
+                  std::unique_ptr<rocksdb::WritableFile> file,
+                  std::function<absl::Status()> after_commit)
+      : env_(env), path_(std::move(path)), file_(std::move(file)),
+        after_commit_(std::move(after_commit)) {}
+
+  ~FileStateWriter() override {
+    if (file_ != nullptr) {
+      (void)file_->Close();
+      (void)env_->DeleteFile(path_ + ".tmp");
+    }
+  }
+
+  absl::Status Append(std::string_view part) override {
+    if (!status_.ok()) return status_;
+    if (file_ == nullptr) return absl::FailedPreconditionError("state already committed");
+    status_ = FromRocksWrite(file_->Append(rocksdb::Slice(part.data(), part.size())),
+                             "cannot write a state file");
+    return status_;
+  }
+
+  absl::Status Commit() override {
+    if (!status_.ok()) return status_;
+    if (file_ == nullptr) return absl::FailedPreconditionError("state already committed");
+    const std::string tmp = path_ + ".tmp";
+    rocksdb::Status s = file_->Sync();
+    if (s.ok()) s = file_->Close();
+    file_.reset();
+    if (s.ok()) s = env_->RenameFile(tmp, path_);
+    std::unique_ptr<rocksdb::Directory> dir;
+    if (s.ok()) s = env_->NewDirectory(std::filesystem::path(path_).parent_path(), &dir);
+    if (s.ok()) s = dir->Fsync();
+    if (!s.ok()) {
+      (void)env_->DeleteFile(tmp);
+      return status_ = FromRocksWrite(s, "cannot write a state file");
+    }
+    return after_commit_();
+  }
+
+ private:
+  rocksdb::Env* env_;
+  const std::string path_;
+  std::unique_ptr<rocksdb::WritableFile> file_;
+  std::function<absl::Status()> after_commit_;
+  absl::Status status_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateWriter>> RocksDbStore::NewStateWriter(
+    std::string_view key) {
+  if (key.empty()) return absl::InvalidArgumentError("state key is empty");
+  const std::string path = StateFilePath(options_.data_dir, key);
+  VIGIL_RETURN_IF_ERROR(FromRocksWrite(
+      env()->CreateDirIfMissing(std::filesystem::path(path).parent_path()),
+      "cannot create the state directory"));
+  std::unique_ptr<rocksdb::WritableFile> file;
+  VIGIL_RETURN_IF_ERROR(FromRocksWrite(
+      env()->NewWritableFile(path + ".tmp", &file, rocksdb::EnvOptions()),
+      "cannot create a state file"));
+  const std::string db_key = absl::StrCat(kStatePrefix, std::string(key));
+  return std::make_unique<FileStateWriter>(
+      env(), path, std::move(file), [this, db_key]() {
+        rocksdb::WriteBatch batch;
+        (void)batch.Delete(cf(kMeta), db_key);
+        return DbWrite(rocksdb::WriteOptions(), &batch, "cannot store state");
+      });
 }
 
 absl::StatusOr<std::string> RocksDbStore::GetState(std::string_view key) const {
   std::string value;
+  const std::string file = StateFilePath(options_.data_dir, key);
+  if (env()->FileExists(file).ok()) {
+    VIGIL_RETURN_IF_ERROR(
+        FromRocks(rocksdb::ReadFileToString(env(), file, &value), "cannot read state"));
+    return value;
+  }
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf(kMeta),
                                absl::StrCat(kStatePrefix, std::string(key)), &value);
   if (s.IsNotFound())

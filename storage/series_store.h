@@ -22,6 +22,18 @@
 
 namespace vigil {
 
+// Writes one state value in parts (SeriesStore::NewStateWriter).
+class StateWriter {
+ public:
+  virtual ~StateWriter() = default;
+  // Appends `part` to the value. kUnavailable when it cannot be written
+  // (the value then cannot be committed).
+  virtual absl::Status Append(std::string_view part) = 0;
+  // Makes what was appended the key's value, durably. Once only;
+  // kUnavailable when it cannot be written (the old value stays).
+  virtual absl::Status Commit() = 0;
+};
+
 // Dense, store-assigned id of a series; stable for the life of the data dir.
 using SeriesId = uint32_t;
 
@@ -195,6 +207,17 @@ class SeriesStore {
 
   // The value stored under `key`, or kNotFound.
   virtual absl::StatusOr<std::string> GetState(std::string_view key) const = 0;
+
+  // A writer of a state value too large to build in memory at once (the
+  // detection snapshot: hundreds of MiB while a 10,000-GPU cluster's
+  // series learn). What is appended replaces the value of `key` on Commit
+  // (durable then, and read back by GetState); a writer dropped without
+  // Commit leaves the old value. The default collects the parts and calls
+  // PutState; the RocksDB store writes them to a file as they come.
+  // kInvalidArgument if the key is empty; kUnavailable if the store
+  // cannot write.
+  virtual absl::StatusOr<std::unique_ptr<StateWriter>> NewStateWriter(
+      std::string_view key);
 
   // Writes every open block as a chunk so the frame log can be truncated.
   virtual absl::Status Flush() = 0;

@@ -237,6 +237,58 @@ TEST_P(StoreHistoryTest, StateIsReplacedAndKept) {
   EXPECT_EQ(store_->GetState("other").value_or(""), "o");
 }
 
+// A value written in parts replaces the key's value only once committed,
+// and is replaced in turn by PutState; keys are any bytes.
+TEST_P(StoreHistoryTest, StateWrittenInPartsReplacesOnCommit) {
+  const std::string key = "detection/1-of-2";
+  ASSERT_TRUE(store_->PutState(key, "old").ok());
+  std::string big;
+  {
+    auto writer = store_->NewStateWriter(key);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (int part = 0; part < 64; ++part) {
+      const std::string bytes(1000 + part, static_cast<char>(part));
+      big += bytes;
+      ASSERT_TRUE((*writer)->Append(bytes).ok());
+    }
+    ASSERT_TRUE((*writer)->Append(std::string("\0nul", 4)).ok());
+    big += std::string("\0nul", 4);
+    EXPECT_EQ(store_->GetState(key).value_or(""), "old");  // not committed
+    ASSERT_TRUE((*writer)->Commit().ok());
+    EXPECT_FALSE((*writer)->Commit().ok());  // once
+  }
+  EXPECT_EQ(store_->GetState(key).value_or(""), big);
+  {
+    // Dropped without Commit: the committed value stays.
+    auto writer = store_->NewStateWriter(key);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Append("half").ok());
+  }
+  EXPECT_EQ(store_->GetState(key).value_or(""), big);
+  if (GetParam() == Backend::kRocksDb) {
+    Open();
+    EXPECT_EQ(store_->GetState(key).value_or(""), big);
+  }
+  // Keys that differ only where a file name could not tell them apart.
+  const std::vector<std::string> keys = {".", "..", "a/b", "a%2Fb", "a b", std::string("\0", 1)};
+  for (const std::string& k : keys) {
+    auto writer = store_->NewStateWriter(k);
+    ASSERT_TRUE(writer.ok()) << k;
+    ASSERT_TRUE((*writer)->Append("v" + k).ok());
+    ASSERT_TRUE((*writer)->Commit().ok()) << k;
+  }
+  for (const std::string& k : keys) {
+    EXPECT_EQ(store_->GetState(k).value_or(""), "v" + k) << k;
+  }
+  ASSERT_TRUE(store_->PutState(key, "small").ok());
+  EXPECT_EQ(store_->GetState(key).value_or(""), "small");
+  if (GetParam() == Backend::kRocksDb) {
+    Open();
+    EXPECT_EQ(store_->GetState(key).value_or(""), "small");
+  }
+  EXPECT_EQ(store_->NewStateWriter("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StoreHistoryTest,
                          ::testing::Values(Backend::kMemory, Backend::kRocksDb),
                          BackendName);

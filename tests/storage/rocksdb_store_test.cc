@@ -408,6 +408,39 @@ TEST_F(RocksDbStoreTest, TornFrameLogTailIsCutAndReported) {
   EXPECT_EQ(store->Stats().frame_log_torn_bytes, 0u);
 }
 
+// A state value that cannot be written in full (the disk fills while a
+// detection snapshot is written) leaves the last committed one whole, and
+// the next one written once space returns replaces it.
+TEST_F(RocksDbStoreTest, StateWrittenInPartsSurvivesAFullDisk) {
+  auto fs = std::make_shared<FullDiskFs>(rocksdb::FileSystem::Default());
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  RocksDbStoreOptions options = Options();
+  options.env = env.get();
+  const auto write = [](SeriesStore* store, const std::string& value) {
+    auto writer = store->NewStateWriter("detection");
+    if (!writer.ok()) return writer.status();
+    if (absl::Status s = (*writer)->Append(value); !s.ok()) return s;
+    return (*writer)->Commit();
+  };
+  {
+    auto store = Open(options);
+    ASSERT_TRUE(write(store.get(), "first").ok());
+    fs->full = true;
+    absl::Status refused = write(store.get(), "second");
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+    EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("disk full"));
+    EXPECT_EQ(store->GetState("detection").value_or(""), "first");
+    fs->full = false;
+    ASSERT_TRUE(write(store.get(), "third").ok());
+  }
+  auto store = Open(options);
+  EXPECT_EQ(store->GetState("detection").value_or(""), "third");
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path() + "/state"))
+    files.push_back(e.path().filename().string());
+  EXPECT_THAT(files, ::testing::ElementsAre("detection"));  // no temporary left
+}
+
 // A full disk under the database: the append whose closed block cannot be
 // written still succeeds (its samples are in the frame log), later ones
 // are refused with kUnavailable, and once space returns the store writes
