@@ -105,6 +105,18 @@ class JobFamilyMatcher {
   std::optional<std::regex> re_;
 };
 
+// Where a snapshot written in parts (Detector::SaveStatePart) has got to.
+// Start from a default one; done() once the last part is written.
+struct SnapshotCursor {
+  // 0: header; 1: series restored from a snapshot and not registered yet;
+  // 2: registered series; 3: profiles, runs and jobs; 4: done.
+  int section = 0;
+  // Section 1: the ids still to write; section 2: the next dense slot.
+  std::vector<uint32_t> pending;
+  size_t next = 0;
+  bool done() const { return section == 4; }
+};
+
 class Detector {
  public:
   // Ids are store series ids and should be dense (allocated sequentially):
@@ -195,6 +207,18 @@ class Detector {
   // still learning, job and family profiles, runs in progress) to `out`
   // (binary, versioned; detector/detector_state.cc). Never fails today.
   absl::Status SaveState(std::string* out) const;
+
+  // Appends the next part of the same snapshot to `out`, stopping once it
+  // has appended about `max_bytes` (a part ends after a whole series), and
+  // advances `cursor`; the parts in order are one snapshot. For a snapshot
+  // of millions of series that should never be in memory whole: the
+  // caller may release its lock and write each part away between calls,
+  // and the detector may go on meanwhile. Each series is written as it is
+  // when its part is; a series registered between two parts may be left
+  // out (it has learned nothing a restart would miss); one that was
+  // waiting for its saved state is not. Never fails.
+  void SaveStatePart(SnapshotCursor* cursor, size_t max_bytes,
+                     std::string* out) const;
 
   // Takes back a SaveState snapshot: a series registered later (or now)
   // under the same id and key starts from its saved baseline, a run that

@@ -429,6 +429,12 @@ struct Detector::Impl {
   // detector_state.cc: the state of series `dense` from a snapshot's
   // record; false (nothing changed) when it does not fit its key.
   bool ApplySeries(uint32_t dense, std::string_view blob);
+  // detector_state.cc: whether slot `dense` holds a live series whose state
+  // a snapshot keeps; its snapshot record, and the snapshot's sections after
+  // the series (profiles, runs, jobs), appended to `out`.
+  bool InSnapshot(uint32_t dense) const;
+  void AppendSeriesRecord(uint32_t dense, std::string* out) const;
+  void AppendSnapshotRest(std::string* out) const;
   // A run or job of a snapshot, applied when it next reports.
   struct PendingRun {
     int64_t step = detector_internal::kNoStep;

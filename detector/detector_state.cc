@@ -3,16 +3,21 @@
 // profiles, and the runs in progress, so that a server restart (or a crash)
 // does not send every running job back to learning.
 //
-// Format (little-endian): "VGDS", u32 version, then sections of u32 counts:
-//   series:   u32 id, u64 key hash, u8 stage, f32 widen, f64 level, spread,
+// Format (little-endian): "VGDS", u32 version (2), then sections:
+//   series:   groups of u32 n > 0 records, ended by a u32 0 (version 1: one
+//             u32 count and its records); a record is
+//             u32 id, u64 key hash, u8 stage, f32 widen, f64 level, spread,
 //             learn_start_ts, i64 first_step, evaluated, learn_seen,
-//             early_at, i32 stride, f64 diff_level, u32 n + n f32 samples
+//             early_at, i32 stride, f64 diff_level, u32 n + n f32 samples;
+//             of two records of one id the later one counts
+// and then u32 counts of:
 //   profiles: str name, i32 nodes, u32 n x (str metric, u32 m x (f32, f32))
 //   runs:     str job, str node, i64 step, run_start_step, f64 interval,
 //             busy, run_start_ts, i32 busy_frames, u8 rewarm
 //   jobs:     str name, f64 run_start_ts, last_checkpoint_ts,
 //             longest_stall_s
 // A string is u32 length + bytes.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -37,7 +42,12 @@ using detector_internal::Stage;
 namespace {
 
 constexpr char kMagic[] = "VGDS";
-constexpr uint32_t kVersion = 1;
+// Version 2 writes series in groups, so that a snapshot can be written in
+// parts (Detector::SaveStatePart); version 1 snapshots still restore.
+constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersionOneCount = 1;
+// The least bytes of a series record (no samples).
+constexpr size_t kSeriesRecordBytes = 4 + 8 + 1 + 4 + 8 * 3 + 8 * 4 + 4 + 8 + 4;
 // Samples of a learning series kept in a snapshot at most (every other one
 // beyond): enough to resume learning, small enough for millions of series.
 constexpr size_t kMaxSnapshotSamples = 128;
@@ -164,43 +174,37 @@ std::string PairKey(std::string_view job, std::string_view node) {
 
 }  // namespace
 
-absl::Status Detector::SaveState(std::string* out) const {
-  const Impl& m = *impl_;
-  out->clear();
-  out->append(kMagic, 4);
+// Anything but a series still learning with nothing learned yet.
+bool Detector::Impl::InSnapshot(uint32_t d) const {
+  const SeriesState& s = series[d];
+  if (s.id >= dense_of_id.size() || dense_of_id[s.id] != d) return false;
+  return s.stage != Stage::kLearning || !s.learn.empty();
+}
+
+void Detector::Impl::AppendSeriesRecord(uint32_t d, std::string* out) const {
+  const SeriesState& s = series[d];
   Writer w(out);
-  w.Put<uint32_t>(kVersion);
-  // Series: every learned, inherited or learning state worth keeping, plus
-  // what is still pending from the snapshot this process was started with.
-  std::vector<uint32_t> keep;
-  for (uint32_t d = 0; d < m.series.size(); ++d) {
-    const SeriesState& s = m.series[d];
-    if (s.id >= m.dense_of_id.size() || m.dense_of_id[s.id] != d) continue;
-    if (s.stage != Stage::kLearning || !s.learn.empty()) keep.push_back(d);
-  }
-  w.Put<uint32_t>(static_cast<uint32_t>(keep.size() + m.pending_series.size()));
-  for (uint32_t d : keep) {
-    const SeriesState& s = m.series[d];
-    w.Put<uint32_t>(s.id);
-    w.Put<uint64_t>(KeyHash(m.KeyOf(d)));
-    w.Put<uint8_t>(static_cast<uint8_t>(s.stage));
-    w.Put<float>(s.widen);
-    w.Put<double>(s.level);
-    w.Put<double>(s.spread);
-    w.Put<double>(s.learn_start_ts);
-    w.Put<int64_t>(s.first_step);
-    w.Put<int64_t>(s.evaluated);
-    w.Put<int64_t>(s.learn_seen);
-    w.Put<int64_t>(s.early_at);
-    const size_t step = s.learn.size() > kMaxSnapshotSamples ? 2 : 1;
-    w.Put<int32_t>(s.stride * static_cast<int32_t>(step));
-    w.Put<double>(s.aux != kNone ? m.aux[s.aux].diff_level : kNaN);
-    w.Put<uint32_t>(static_cast<uint32_t>((s.learn.size() + step - 1) / step));
-    for (size_t i = 0; i < s.learn.size(); i += step) w.Put<float>(s.learn[i]);
-  }
-  for (const auto& [id, blob] : m.pending_series) {
-    out->append(blob);  // already encoded, id first
-  }
+  w.Put<uint32_t>(s.id);
+  w.Put<uint64_t>(KeyHash(KeyOf(d)));
+  w.Put<uint8_t>(static_cast<uint8_t>(s.stage));
+  w.Put<float>(s.widen);
+  w.Put<double>(s.level);
+  w.Put<double>(s.spread);
+  w.Put<double>(s.learn_start_ts);
+  w.Put<int64_t>(s.first_step);
+  w.Put<int64_t>(s.evaluated);
+  w.Put<int64_t>(s.learn_seen);
+  w.Put<int64_t>(s.early_at);
+  const size_t step = s.learn.size() > kMaxSnapshotSamples ? 2 : 1;
+  w.Put<int32_t>(s.stride * static_cast<int32_t>(step));
+  w.Put<double>(s.aux != kNone ? aux[s.aux].diff_level : kNaN);
+  w.Put<uint32_t>(static_cast<uint32_t>((s.learn.size() + step - 1) / step));
+  for (size_t i = 0; i < s.learn.size(); i += step) w.Put<float>(s.learn[i]);
+}
+
+void Detector::Impl::AppendSnapshotRest(std::string* out) const {
+  const Impl& m = *this;
+  Writer w(out);
   w.Put<uint32_t>(static_cast<uint32_t>(m.profiles.size()));
   for (const auto& [name, p] : m.profiles) WriteProfile(w, name, p);
   uint32_t runs = 0;
@@ -228,8 +232,101 @@ absl::Status Detector::SaveState(std::string* out) const {
     w.Put<double>(j.last_checkpoint_ts);
     w.Put<double>(j.longest_stall_s);
   }
+}
+
+absl::Status Detector::SaveState(std::string* out) const {
+  out->clear();
+  SnapshotCursor cursor;
+  while (!cursor.done()) SaveStatePart(&cursor, size_t{1} << 40, out);
   return absl::OkStatus();
 }
+
+void Detector::SaveStatePart(SnapshotCursor* cursor, size_t max_bytes,
+                             std::string* out) const {
+  const Impl& m = *impl_;
+  const size_t limit = out->size() + max_bytes;
+  Writer w(out);
+  if (cursor->section == 0) {
+    out->append(kMagic, 4);
+    w.Put<uint32_t>(kVersion);
+    // Series still waiting for their saved state first: one registered
+    // while later parts are written is then in them (or was already here).
+    cursor->pending.clear();
+    for (const auto& [id, blob] : m.pending_series) cursor->pending.push_back(id);
+    std::sort(cursor->pending.begin(), cursor->pending.end());
+    cursor->next = 0;
+    cursor->section = 1;
+  }
+  while ((cursor->section == 1 || cursor->section == 2) && out->size() < limit) {
+    const size_t count_at = out->size();
+    w.Put<uint32_t>(0);
+    uint32_t count = 0;
+    if (cursor->section == 1) {
+      for (; cursor->next < cursor->pending.size() && out->size() < limit; ++cursor->next) {
+        auto it = m.pending_series.find(cursor->pending[cursor->next]);
+        if (it == m.pending_series.end()) continue;  // registered since
+        out->append(it->second);  // already encoded, id first
+        ++count;
+      }
+      if (cursor->next == cursor->pending.size()) {
+        cursor->pending = {};
+        cursor->next = 0;
+        cursor->section = 2;
+      }
+    } else {
+      for (; cursor->next < m.series.size() && out->size() < limit; ++cursor->next) {
+        const uint32_t d = static_cast<uint32_t>(cursor->next);
+        if (!m.InSnapshot(d)) continue;
+        m.AppendSeriesRecord(d, out);
+        ++count;
+      }
+      if (cursor->next >= m.series.size()) cursor->section = 3;
+    }
+    if (count == 0) {
+      out->resize(count_at);  // a zero count ends the series
+    } else {
+      std::memcpy(out->data() + count_at, &count, sizeof(count));
+    }
+  }
+  if (cursor->section == 3 && out->size() < limit) {
+    w.Put<uint32_t>(0);
+    m.AppendSnapshotRest(out);
+    cursor->section = 4;
+  }
+}
+
+namespace {
+
+// Reads one series record (WriteSeries) into `blob`, as written; false for
+// a truncated or corrupt one.
+bool ReadSeriesRecord(Reader& r, std::string* blob) {
+  Writer w(blob);
+  uint32_t id, samples;
+  uint64_t hash;
+  uint8_t stage;
+  float widen;
+  double level, spread, start, diff;
+  int64_t first, evaluated, seen, early;
+  int32_t stride;
+  if (!r.Get(&id) || !r.Get(&hash) || !r.Get(&stage) || !r.Get(&widen) ||
+      !r.Get(&level) || !r.Get(&spread) || !r.Get(&start) ||
+      !r.Get(&first) || !r.Get(&evaluated) || !r.Get(&seen) ||
+      !r.Get(&early) || !r.Get(&stride) || !r.Get(&diff) ||
+      !r.Count(&samples, 4) || stage > static_cast<uint8_t>(Stage::kLearned)) {
+    return false;
+  }
+  w.Put(id), w.Put(hash), w.Put(stage), w.Put(widen), w.Put(level);
+  w.Put(spread), w.Put(start), w.Put(first), w.Put(evaluated), w.Put(seen);
+  w.Put(early), w.Put(stride), w.Put(diff), w.Put(samples);
+  for (uint32_t k = 0; k < samples; ++k) {
+    float x;
+    if (!r.Get(&x)) return false;
+    w.Put(x);
+  }
+  return true;
+}
+
+}  // namespace
 
 absl::Status Detector::RestoreState(std::string_view data) {
   Impl& m = *impl_;
@@ -239,7 +336,7 @@ absl::Status Detector::RestoreState(std::string_view data) {
   Reader r(data.substr(4));
   uint32_t version;
   if (!r.Get(&version)) return absl::DataLossError("truncated snapshot");
-  if (version != kVersion) {
+  if (version != kVersion && version != kVersionOneCount) {
     return absl::FailedPreconditionError(
         absl::StrCat("detector snapshot version ", version, ", expected ",
                      kVersion));
@@ -247,35 +344,21 @@ absl::Status Detector::RestoreState(std::string_view data) {
   // Decode everything first: a bad snapshot changes nothing.
   absl::flat_hash_map<uint32_t, std::string> series;
   uint32_t n;
-  if (!r.Count(&n, 4 + 8 + 1 + 4 + 8 * 3 + 8 * 4 + 4 + 8 + 4)) {
-    return absl::DataLossError("truncated snapshot (series)");
-  }
-  for (uint32_t i = 0; i < n; ++i) {
-    std::string blob;
-    Writer w(&blob);
-    uint32_t id, samples;
-    uint64_t hash;
-    uint8_t stage;
-    float widen;
-    double level, spread, start, diff;
-    int64_t first, evaluated, seen, early;
-    int32_t stride;
-    if (!r.Get(&id) || !r.Get(&hash) || !r.Get(&stage) || !r.Get(&widen) ||
-        !r.Get(&level) || !r.Get(&spread) || !r.Get(&start) ||
-        !r.Get(&first) || !r.Get(&evaluated) || !r.Get(&seen) ||
-        !r.Get(&early) || !r.Get(&stride) || !r.Get(&diff) ||
-        !r.Count(&samples, 4) || stage > static_cast<uint8_t>(Stage::kLearned)) {
-      return absl::DataLossError("corrupt snapshot (series)");
+  for (;;) {  // groups of records (version 1: exactly one)
+    if (!r.Count(&n, kSeriesRecordBytes)) {
+      return absl::DataLossError("truncated snapshot (series)");
     }
-    w.Put(id), w.Put(hash), w.Put(stage), w.Put(widen), w.Put(level);
-    w.Put(spread), w.Put(start), w.Put(first), w.Put(evaluated), w.Put(seen);
-    w.Put(early), w.Put(stride), w.Put(diff), w.Put(samples);
-    for (uint32_t k = 0; k < samples; ++k) {
-      float x;
-      if (!r.Get(&x)) return absl::DataLossError("corrupt snapshot (samples)");
-      w.Put(x);
+    if (n == 0 && version != kVersionOneCount) break;
+    for (uint32_t i = 0; i < n; ++i) {
+      std::string blob;
+      if (!ReadSeriesRecord(r, &blob)) {
+        return absl::DataLossError("corrupt snapshot (series)");
+      }
+      uint32_t id;
+      std::memcpy(&id, blob.data(), sizeof(id));
+      series[id] = std::move(blob);
     }
-    series[id] = std::move(blob);
+    if (version == kVersionOneCount) break;
   }
   absl::flat_hash_map<std::string, Profile> profiles;
   if (absl::Status read = ReadProfiles(r, &profiles); !read.ok()) return read;

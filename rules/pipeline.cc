@@ -13,39 +13,56 @@ DetectionPipeline::DetectionPipeline(const DetectorOptions& detector_options,
 }
 
 namespace {
-constexpr char kPipelineMagic[] = "VGPS";
+// A snapshot: "VGP2", u64 n, the engine's history (n bytes), the
+// detector's snapshot (the rest). Snapshots of the first format ("VGPS",
+// u64 n, the detector's snapshot (n bytes), the history) still restore.
+constexpr char kPipelineMagic[] = "VGP2";
+constexpr char kPipelineMagicV1[] = "VGPS";
 }  // namespace
 
 absl::Status DetectionPipeline::SaveState(std::string* out) const {
-  std::string detector;
-  if (absl::Status s = detector_.SaveState(&detector); !s.ok()) return s;
-  const std::string history = engine_.SaveHistory();
-  out->assign(kPipelineMagic, 4);
-  const uint64_t n = detector.size();
-  out->append(reinterpret_cast<const char*>(&n), sizeof(n));
-  out->append(detector);
-  out->append(history);
+  out->clear();
+  PipelineSnapshotCursor cursor;
+  while (!cursor.done()) SaveStatePart(&cursor, size_t{1} << 40, out);
   return absl::OkStatus();
+}
+
+void DetectionPipeline::SaveStatePart(PipelineSnapshotCursor* cursor,
+                                      size_t max_bytes, std::string* out) const {
+  if (!cursor->started) {
+    const std::string history = engine_.SaveHistory();
+    out->append(kPipelineMagic, 4);
+    const uint64_t n = history.size();
+    out->append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out->append(history);
+    cursor->started = true;
+  }
+  detector_.SaveStatePart(&cursor->detector, max_bytes, out);
 }
 
 absl::Status DetectionPipeline::RestoreState(std::string_view data) {
   uint64_t n = 0;
+  const std::string_view magic = data.substr(0, 4);
   if (data.size() < 4 + sizeof(n) ||
-      data.substr(0, 4) != std::string_view(kPipelineMagic, 4)) {
+      (magic != std::string_view(kPipelineMagic, 4) &&
+       magic != std::string_view(kPipelineMagicV1, 4))) {
     return absl::DataLossError("not a detection snapshot (bad magic)");
   }
   std::memcpy(&n, data.data() + 4, sizeof(n));
   data.remove_prefix(4 + sizeof(n));
   if (n > data.size()) return absl::DataLossError("truncated detection snapshot");
+  const bool history_first = magic == std::string_view(kPipelineMagic, 4);
+  const std::string_view history = history_first ? data.substr(0, n) : data.substr(n);
+  const std::string_view detector = history_first ? data.substr(n) : data.substr(0, n);
   // The history first: it is the cheaper one to refuse.
   IncidentEngine probe;
-  if (absl::Status s = probe.RestoreHistory(data.substr(n)); !s.ok()) {
+  if (absl::Status s = probe.RestoreHistory(history); !s.ok()) {
     return absl::DataLossError(s.message());
   }
-  if (absl::Status s = detector_.RestoreState(data.substr(0, n)); !s.ok()) {
+  if (absl::Status s = detector_.RestoreState(detector); !s.ok()) {
     return s;
   }
-  return engine_.RestoreHistory(data.substr(n));
+  return engine_.RestoreHistory(history);
 }
 
 void DetectionPipeline::SetJobState(std::string_view job, JobRunState state,

@@ -21,6 +21,14 @@
 namespace vigil {
 
 // Not thread-safe: one thread (or one lock) drives an instance.
+// Where a snapshot written in parts (DetectionPipeline::SaveStatePart) has
+// got to. Start from a default one; done() once the last part is written.
+struct PipelineSnapshotCursor {
+  bool started = false;
+  SnapshotCursor detector;
+  bool done() const { return detector.done(); }
+};
+
 class DetectionPipeline : private JobContextSource {
  public:
   DetectionPipeline(const DetectorOptions& detector_options, RuleSet rules);
@@ -94,10 +102,19 @@ class DetectionPipeline : private JobContextSource {
   absl::Status ImportProfiles(std::string_view data) { return detector_.ImportProfiles(data); }
 
   // What the pipeline has learned (the detector's baselines and runs, the
-  // engine's repeat-offender history) as one binary snapshot, and back.
-  // RestoreState: kDataLoss / kFailedPrecondition / kInvalidArgument for a
-  // snapshot it cannot read (nothing changes then).
+  // engine's repeat-offender history) as one binary snapshot written in
+  // parts of about `max_bytes`, appended to `out`; the parts in order are
+  // the snapshot. The pipeline may change between two parts
+  // (Detector::SaveStatePart), so a caller can release its lock and write
+  // each part away: a snapshot of millions of series is never in memory
+  // whole. Never fails.
+  void SaveStatePart(PipelineSnapshotCursor* cursor, size_t max_bytes,
+                     std::string* out) const;
+  // The whole snapshot at once, in `out` (what the parts make together).
+  // Never fails today.
   absl::Status SaveState(std::string* out) const;
+  // Takes back such a snapshot. kDataLoss / kFailedPrecondition /
+  // kInvalidArgument for a snapshot it cannot read (nothing changes then).
   absl::Status RestoreState(std::string_view data);
 
   // Every incident so far, open and resolved.

@@ -4,6 +4,7 @@
 // XID storms, partial GPU frames, unknown metrics, noisy peers and
 // snapshots. Frames are synthetic and deterministic.
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -848,6 +849,123 @@ TEST(DetectorStateTest, SnapshotRoundTrip) {
   bad[20] ^= 0x55;
   absl::Status s = c.pipeline().RestoreState(bad);
   (void)s;  // may or may not parse, but must not crash
+}
+
+// A snapshot written in small parts while the fleet goes on between them
+// (a job learning, a node joining it) restores like one taken at once:
+// learned baselines come back, and a series that was learning goes on
+// from where the snapshot left it instead of learning afresh.
+TEST(DetectorStateTest, SnapshotInPartsWhileDetectionGoesOn) {
+  DetectorOptions o;
+  o.baseline.learn_steps = 100;
+  o.baseline.warmup_steps = 10;
+  Fleet a(o);
+  Train(a, "job", 2, kT0, 0, 400);
+  // "late" (nodes n110, n111) starts beside it, and is learning when the
+  // snapshot is taken.
+  int64_t step = 0;
+  const auto both = [&](Fleet& f, int late_nodes) {
+    Train(f, "job", 2, kT0 + 400 + step, 400 + step, 1);
+    Train(f, "late", late_nodes, kT0 + 400.5 + step, step, 1, {}, 10);
+    ++step;
+  };
+  while (step < 130) both(a, 2);
+  std::string snapshot;
+  PipelineSnapshotCursor cursor;
+  int parts = 0;
+  while (!cursor.done()) {
+    const size_t before = snapshot.size();
+    a.pipeline().SaveStatePart(&cursor, 1024, &snapshot);
+    EXPECT_GT(snapshot.size(), before);
+    both(a, ++parts == 3 ? 3 : 2);  // n112 joins once
+  }
+  EXPECT_GT(parts, 10);
+  const uint32_t late_power = a.Id("late", Node(11), "gpu_power_watts", 1);
+  std::optional<SeriesBaseline> before = a.pipeline().Baseline(late_power);
+  ASSERT_TRUE(before.has_value());
+  ASSERT_FALSE(before->learned);
+  ASSERT_GT(before->learn_progress_steps, 10);
+  // The step at which "late" ends learning: ~100 steps after it began.
+  const int64_t learned_at = step - before->learn_progress_steps + 100;
+
+  Fleet b(o);
+  ASSERT_TRUE(b.pipeline().RestoreState(snapshot).ok());
+  // Ids in the order `a` gave them out: the jobs' first frames.
+  both(b, 2);
+  both(b, 3);
+  const uint32_t job_tokens = b.Id("job", Node(0), "train_tokens_per_second", -1);
+  EXPECT_EQ(job_tokens, a.Id("job", Node(0), "train_tokens_per_second", -1));
+  std::optional<SeriesBaseline> job = b.pipeline().Baseline(job_tokens);
+  ASSERT_TRUE(job.has_value());
+  EXPECT_TRUE(job->learned);
+  EXPECT_NEAR(job->mean, 16000, 500);
+  // Learning afresh would take 100 steps from the restart; restored, it
+  // ends where it would have.
+  EXPECT_EQ(late_power, b.Id("late", Node(11), "gpu_power_watts", 1));
+  ASSERT_LT(learned_at + 2 - step, 100);
+  while (step < learned_at + 2) both(b, 3);
+  std::optional<SeriesBaseline> late = b.pipeline().Baseline(late_power);
+  ASSERT_TRUE(late.has_value());
+  EXPECT_TRUE(late->learned);
+  EXPECT_NEAR(late->mean, NodeFrame().power, 20);
+}
+
+// Snapshots of the first format (one count of series records; the
+// detector's part before the engine's history) still restore.
+TEST(DetectorStateTest, SnapshotsOfTheFirstFormatStillRestore) {
+  DetectorOptions o;
+  o.baseline.learn_steps = 100;
+  Fleet a(o);
+  Train(a, "job", 2, kT0, 0, 400);
+  std::string now;
+  ASSERT_TRUE(a.pipeline().SaveState(&now).ok());
+  // Now: "VGP2", u64 history bytes, history, "VGDS", u32 2, groups of
+  // series records (u32 count, records) up to a u32 0, the rest.
+  ASSERT_EQ(now.substr(0, 4), "VGP2");
+  uint64_t history_bytes;
+  std::memcpy(&history_bytes, now.data() + 4, 8);
+  const std::string history = now.substr(12, history_bytes);
+  std::string_view detector = std::string_view(now).substr(12 + history_bytes);
+  ASSERT_EQ(detector.substr(0, 4), "VGDS");
+  size_t at = 8;
+  uint32_t total = 0;
+  std::string records;
+  for (;;) {
+    uint32_t count;
+    std::memcpy(&count, detector.data() + at, 4);
+    at += 4;
+    if (count == 0) break;
+    total += count;
+    for (uint32_t i = 0; i < count; ++i) {
+      const size_t start = at;
+      uint32_t samples;
+      std::memcpy(&samples, detector.data() + at + 85, 4);
+      at += 89 + 4 * size_t{samples};
+      records.append(detector.substr(start, at - start));
+    }
+  }
+  // The first format: "VGDS", u32 1, u32 count, records, the rest; in
+  // "VGPS", u64 detector bytes, detector, history.
+  std::string first_detector = "VGDS";
+  const uint32_t version = 1;
+  first_detector.append(reinterpret_cast<const char*>(&version), 4);
+  first_detector.append(reinterpret_cast<const char*>(&total), 4);
+  first_detector += records;
+  first_detector += detector.substr(at);
+  std::string first = "VGPS";
+  const uint64_t detector_bytes = first_detector.size();
+  first.append(reinterpret_cast<const char*>(&detector_bytes), 8);
+  first += first_detector + history;
+
+  Fleet b(o);
+  ASSERT_TRUE(b.pipeline().RestoreState(first).ok());
+  Train(b, "job", 2, kT0 + 400, 400, 1);
+  const uint32_t tokens = b.Id("job", Node(0), "train_tokens_per_second", -1);
+  std::optional<SeriesBaseline> restored = b.pipeline().Baseline(tokens);
+  ASSERT_TRUE(restored.has_value());
+  EXPECT_TRUE(restored->learned);
+  EXPECT_NEAR(restored->mean, 16000, 500);
+  EXPECT_GT(total, 20u);
 }
 
 // A node's error counters are its hardware's: they go on counting whatever
