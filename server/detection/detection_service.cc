@@ -23,6 +23,8 @@ using Json = nlohmann::json;
 
 constexpr char kIndexStream[] = "incidents";
 constexpr char kSnapshotKey[] = "detection";
+// Bytes of a snapshot written per hold of a shard's lock.
+constexpr size_t kSnapshotPartBytes = 1 << 20;
 // How many shards wrote the snapshots (DetectionOptions::shards).
 constexpr char kShardCountKey[] = "detection/shards";
 constexpr char kIdPrefix[] = "inc-";
@@ -272,27 +274,36 @@ void DetectionService::Stop() {
 
 absl::Status DetectionService::Snapshot() {
   uint64_t bytes = 0;
+  const auto failed = [this](absl::Status s) {
+    snapshot_errors_.fetch_add(1);
+    std::fprintf(stderr, "vigil-server: detection snapshot not written: %s\n",
+                 std::string(s.message()).c_str());
+    return s;
+  };
   for (int k = 0; k < shards(); ++k) {
-    std::string data;
-    {
-      Shard& shard = *shards_[k];
-      std::lock_guard<std::mutex> l(shard.mu);
-      if (absl::Status s = shard.pipeline.SaveState(&data); !s.ok()) {
-        snapshot_errors_.fetch_add(1);
-        return s;
+    // Part by part, the shard's lock held for one part at a time: the
+    // snapshot (hundreds of MiB while a large cluster's series learn) is
+    // never in memory whole, and detection goes on between parts.
+    absl::StatusOr<std::unique_ptr<StateWriter>> writer =
+        options_.store->NewStateWriter(SnapshotKey(k));
+    if (!writer.ok()) return failed(writer.status());
+    Shard& shard = *shards_[k];
+    PipelineSnapshotCursor cursor;
+    std::string part;
+    while (!cursor.done()) {
+      part.clear();
+      {
+        std::lock_guard<std::mutex> l(shard.mu);
+        shard.pipeline.SaveStatePart(&cursor, kSnapshotPartBytes, &part);
       }
+      if (absl::Status s = (*writer)->Append(part); !s.ok()) return failed(s);
+      bytes += part.size();
     }
-    absl::Status s = options_.store->PutState(SnapshotKey(k), data);
-    if (!s.ok()) {
-      snapshot_errors_.fetch_add(1);
-      return s;
-    }
-    bytes += data.size();
+    if (absl::Status s = (*writer)->Commit(); !s.ok()) return failed(s);
   }
   if (absl::Status s = options_.store->PutState(kShardCountKey, absl::StrCat(shards()));
       !s.ok()) {
-    snapshot_errors_.fetch_add(1);
-    return s;
+    return failed(s);
   }
   snapshots_.fetch_add(1);
   snapshot_bytes_.store(bytes);
