@@ -520,6 +520,11 @@ struct Detector::Impl {
   absl::flat_hash_map<std::string, std::pair<double, double>> carry_values;
   absl::flat_hash_map<std::string, PendingRun> pending_runs;
   absl::flat_hash_map<std::string, PendingJob> pending_jobs;
+  // When Forget first saw restored state waiting (NaN: none seen yet since
+  // the last restore). What has not reported again forget_ended_s later
+  // is dropped: a series of a job that ended while the server was down
+  // would otherwise wait in memory, and in every snapshot, for ever.
+  double pending_since = detector_internal::kNaN;
   std::vector<uint32_t> touched;
   std::vector<double> scratch;
   std::vector<uint32_t> scratch_nodes;

@@ -441,6 +441,16 @@ void Detector::Impl::MaybeJobEnded(uint32_t jj, double at, std::string_view how,
 
 void Detector::Impl::Forget(double now) {
   const double keep = opt.lifecycle.forget_ended_s;
+  if (pending_series.empty() && pending_runs.empty() && pending_jobs.empty()) {
+    pending_since = kNaN;
+  } else if (std::isnan(pending_since)) {
+    pending_since = now;
+  } else if (now - pending_since > keep) {
+    pending_series.clear();
+    pending_runs.clear();
+    pending_jobs.clear();
+    pending_since = kNaN;
+  }
   for (uint32_t p = 0; p < nodes.size(); ++p) {
     const NodeState& n = nodes[p];
     if (n.free || n.silent || !(n.ended || n.retired)) continue;

@@ -405,6 +405,7 @@ absl::Status Detector::RestoreState(std::string_view data) {
   for (auto& [name, p] : profiles) m.profiles[name] = std::move(p);
   for (auto& [key, run] : runs) m.pending_runs[key] = run;
   for (auto& [name, job] : jobs) m.pending_jobs[name] = job;
+  m.pending_since = kNaN;  // waits from the next Forget on
   return absl::OkStatus();
 }
 

@@ -910,6 +910,37 @@ TEST(DetectorStateTest, SnapshotInPartsWhileDetectionGoesOn) {
   EXPECT_NEAR(late->mean, NodeFrame().power, 20);
 }
 
+// Restored state that nothing claims (the series of a job that ended while
+// the server was down) waits forget_ended_s, in memory and in the
+// snapshots written meanwhile, and is then dropped; a series reporting
+// after that learns afresh.
+TEST(DetectorStateTest, RestoredStateNothingClaimsIsForgotten) {
+  DetectorOptions o;
+  o.baseline.learn_steps = 100;
+  Fleet a(o);
+  Train(a, "job", 2, kT0, 0, 400);
+  std::string snapshot;
+  ASSERT_TRUE(a.pipeline().SaveState(&snapshot).ok());
+
+  Fleet b(o);
+  ASSERT_TRUE(b.pipeline().RestoreState(snapshot).ok());
+  double t = kT0 + 400;
+  for (; t < kT0 + 400 + o.lifecycle.forget_ended_s - 120; t += 30) b.Advance(t);
+  std::string waiting;
+  ASSERT_TRUE(b.pipeline().SaveState(&waiting).ok());
+  EXPECT_GT(waiting.size(), snapshot.size() * 3 / 4);
+  for (; t < kT0 + 400 + o.lifecycle.forget_ended_s + 120; t += 30) b.Advance(t);
+  std::string forgotten;
+  ASSERT_TRUE(b.pipeline().SaveState(&forgotten).ok());
+  EXPECT_LT(forgotten.size(), snapshot.size() / 4);
+
+  Train(b, "job", 2, t, 400, 1);
+  std::optional<SeriesBaseline> tokens =
+      b.pipeline().Baseline(b.Id("job", Node(0), "train_tokens_per_second", -1));
+  ASSERT_TRUE(tokens.has_value());
+  EXPECT_FALSE(tokens->learned);
+}
+
 // Snapshots of the first format (one count of series records; the
 // detector's part before the engine's history) still restore.
 TEST(DetectorStateTest, SnapshotsOfTheFirstFormatStillRestore) {
