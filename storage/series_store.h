@@ -213,9 +213,9 @@ class SeriesStore {
   // series learn). What is appended replaces the value of `key` on Commit
   // (durable then, and read back by GetState); a writer dropped without
   // Commit leaves the old value. The default collects the parts and calls
-  // PutState; the RocksDB store writes them to a file as they come.
-  // kInvalidArgument if the key is empty; kUnavailable if the store
-  // cannot write.
+  // PutState; the RocksDB store writes them to a file as they come. The
+  // writer must not outlive the store. kInvalidArgument if the key is
+  // empty; kUnavailable if the store cannot write.
   virtual absl::StatusOr<std::unique_ptr<StateWriter>> NewStateWriter(
       std::string_view key);
 
