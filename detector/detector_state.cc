@@ -436,6 +436,7 @@ bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
   s.early_at = early;
   s.stride = std::max(1, stride);
   s.learn.clear();
+  s.learn.reserve(samples);  // validated against the record's size
   for (uint32_t k = 0; k < samples; ++k) {
     float x;
     if (!r.Get(&x)) break;

@@ -941,6 +941,38 @@ TEST(DetectorStateTest, RestoredStateNothingClaimsIsForgotten) {
   EXPECT_FALSE(tokens->learned);
 }
 
+// Restored records still waiting for their series when the next snapshot
+// is written (the series of a job that has not come back yet, while the
+// others have) are in it, whole: they restore from that one.
+TEST(DetectorStateTest, RecordsStillWaitingAreInTheNextSnapshot) {
+  DetectorOptions o;
+  o.baseline.learn_steps = 100;
+  Fleet a(o);
+  Train(a, "big", 8, kT0, 0, 400);
+  Train(a, "small", 1, kT0 + 400, 0, 400, {}, 20);
+  std::string snapshot;
+  ASSERT_TRUE(a.pipeline().SaveState(&snapshot).ok());
+
+  Fleet b(o);
+  ASSERT_TRUE(b.pipeline().RestoreState(snapshot).ok());
+  snapshot.assign(snapshot.size(), 'x');  // the restored state holds its own copy
+  Train(b, "big", 8, kT0 + 800, 400, 1);  // claims all of "big"
+  double t = kT0 + 801;
+  for (; t < kT0 + 1000; t += 30) b.Advance(t);
+  std::string later;
+  ASSERT_TRUE(b.pipeline().SaveState(&later).ok());
+
+  Fleet c(o);
+  ASSERT_TRUE(c.pipeline().RestoreState(later).ok());
+  Train(c, "big", 8, t, 401, 1);
+  Train(c, "small", 1, t + 1, 400, 1, {}, 20);
+  std::optional<SeriesBaseline> small =
+      c.pipeline().Baseline(c.Id("small", Node(20), "train_tokens_per_second", -1));
+  ASSERT_TRUE(small.has_value());
+  EXPECT_TRUE(small->learned);
+  EXPECT_NEAR(small->mean, 16000, 500);
+}
+
 // Snapshots of the first format (one count of series records; the
 // detector's part before the engine's history) still restore.
 TEST(DetectorStateTest, SnapshotsOfTheFirstFormatStillRestore) {
