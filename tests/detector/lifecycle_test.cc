@@ -819,13 +819,20 @@ TEST(JobFamilyMatcherTest, FamilyIsTheFirstGroup) {
   EXPECT_EQ(JobFamilyMatcher("(unclosed").FamilyOf("x-run1"), "");
 }
 
+// Trains "job" (2 nodes, 400 steps) on `f` until its baselines are
+// learned, and returns the pipeline's snapshot.
+std::string LearnedJobSnapshot(Fleet& f) {
+  Train(f, "job", 2, kT0, 0, 400);
+  std::string snapshot;
+  EXPECT_TRUE(f.pipeline().SaveState(&snapshot).ok());
+  return snapshot;
+}
+
 TEST(DetectorStateTest, SnapshotRoundTrip) {
   DetectorOptions o;
   o.baseline.learn_steps = 100;
   Fleet a(o);
-  Train(a, "job", 2, kT0, 0, 400);
-  std::string snapshot;
-  ASSERT_TRUE(a.pipeline().SaveState(&snapshot).ok());
+  const std::string snapshot = LearnedJobSnapshot(a);
   EXPECT_GT(snapshot.size(), 1000u);
 
   Fleet b(o);
@@ -918,9 +925,7 @@ TEST(DetectorStateTest, RestoredStateNothingClaimsIsForgotten) {
   DetectorOptions o;
   o.baseline.learn_steps = 100;
   Fleet a(o);
-  Train(a, "job", 2, kT0, 0, 400);
-  std::string snapshot;
-  ASSERT_TRUE(a.pipeline().SaveState(&snapshot).ok());
+  const std::string snapshot = LearnedJobSnapshot(a);
 
   Fleet b(o);
   ASSERT_TRUE(b.pipeline().RestoreState(snapshot).ok());
@@ -979,9 +984,7 @@ TEST(DetectorStateTest, SnapshotsOfTheFirstFormatStillRestore) {
   DetectorOptions o;
   o.baseline.learn_steps = 100;
   Fleet a(o);
-  Train(a, "job", 2, kT0, 0, 400);
-  std::string now;
-  ASSERT_TRUE(a.pipeline().SaveState(&now).ok());
+  const std::string now = LearnedJobSnapshot(a);
   // Now: "VGP2", u64 history bytes, history, "VGDS", u32 2, groups of
   // series records (u32 count, records) up to a u32 0, the rest.
   ASSERT_EQ(now.substr(0, 4), "VGP2");
