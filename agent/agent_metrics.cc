@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -53,24 +52,6 @@ std::string WithCollector(const char* name, const std::string& collector) {
 }
 
 }  // namespace
-
-ProcessUsage ReadProcessUsage() {
-  ProcessUsage u;
-  struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) == 0) {
-    u.cpu_seconds = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-                    ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-    u.max_resident_bytes = ru.ru_maxrss * 1024.0;
-  }
-  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-    unsigned long size = 0, resident = 0;
-    if (std::fscanf(f, "%lu %lu", &size, &resident) == 2) {
-      u.resident_bytes = static_cast<double>(resident) * sysconf(_SC_PAGESIZE);
-    }
-    std::fclose(f);
-  }
-  return u;
-}
 
 std::string RenderAgentMetrics(const StreamClientStats& s,
                                const CollectRunnerStats& runner,

@@ -11,19 +11,9 @@
 #include "absl/status/statusor.h"
 #include "agent/collect_runner.h"
 #include "agent/stream_client.h"
+#include "common/process_usage.h"
 
 namespace vigil::agent {
-
-// CPU time and memory of this process.
-struct ProcessUsage {
-  double cpu_seconds = 0;     // user + system
-  double resident_bytes = 0;  // current RSS
-  double max_resident_bytes = 0;
-};
-
-// Reads the usage of the calling process (getrusage, /proc/self/statm);
-// fields it cannot read stay 0.
-ProcessUsage ReadProcessUsage();
 
 // Renders the agent's metrics.
 std::string RenderAgentMetrics(const StreamClientStats& client,

@@ -417,7 +417,7 @@ int main(int argc, char** argv) {
           vigil::agent::CollectRunnerStats runner_stats = r->stats();
           return vigil::agent::RenderAgentMetrics(
                      c->stats(), runner_stats,
-                     vigil::agent::ReadProcessUsage()) +
+                     vigil::ReadProcessUsage()) +
                  reach->MetricsText();
         });
     absl::StatusOr<int> port = metrics->Start(config.metrics_listen);

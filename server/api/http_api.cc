@@ -13,10 +13,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "common/process_usage.h"
 #include "server/escalation/escalation_service.h"
 #include "server/api/http_reply.h"
 
@@ -172,6 +174,30 @@ void AppendFamily(std::string* out, std::string_view name,
 template <typename T>
 void AppendSample(std::string* out, std::string_view name_and_labels, T v) {
   absl::StrAppend(out, std::string(name_and_labels), " ", v, "\n");
+}
+
+// The conventional process_* families of Prometheus' client libraries,
+// and the heap in use beside RSS (what is resident but not in use is the
+// allocator's free pages: fragmentation, not live data).
+void AppendProcessMetrics(std::string* out) {
+  const ProcessUsage usage = ReadProcessUsage();
+  auto add = [out](const char* name, const char* type, const char* help, double v) {
+    AppendFamily(out, name, type, help);
+    absl::StrAppend(out, name, " ", absl::StrFormat("%.15g", v), "\n");
+  };
+  add("process_cpu_seconds_total", "counter", "User and system CPU time of the server.",
+      usage.cpu_seconds);
+  add("process_resident_memory_bytes", "gauge", "Resident memory of the server.",
+      usage.resident_bytes);
+  add("process_max_resident_memory_bytes", "gauge",
+      "Largest resident memory of the server since it started.", usage.max_resident_bytes);
+  add("process_start_time_seconds", "gauge", "Unix time the server started.",
+      usage.start_time_seconds);
+  add("process_open_fds", "gauge", "Open file descriptors of the server.", usage.open_fds);
+  add("vigil_heap_in_use_bytes", "gauge",
+      "Heap the server has allocated and not freed (glibc mallinfo2); resident "
+      "memory above it is mostly the allocator's free pages.",
+      HeapInUseBytes());
 }
 
 }  // namespace
@@ -550,6 +576,7 @@ void HttpApi::InstallHandlers() {
                  "1 when this process started from a snapshot of learned "
                  "baselines.");
     AppendSample(&out, "vigil_detection_restored", d.restored ? 1 : 0);
+    AppendProcessMetrics(&out);
     if (o.more_metrics) out += o.more_metrics();
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
   });

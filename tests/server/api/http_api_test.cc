@@ -1,6 +1,7 @@
 // The HTTP API against an in-process server fed over gRPC.
 #include <cctype>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -259,6 +260,24 @@ TEST_F(HttpApiTest, MetricsAreValidExposition) {
   EXPECT_EQ(values["vigil_ingest_dropped_samples_total{reason=\"duplicate\"}"], "0");
   EXPECT_TRUE(values.count("vigil_storage_bytes"));
   EXPECT_TRUE(values.count("vigil_frame_log_bytes"));
+  // The process's own: read from the kernel and the allocator, so only
+  // their plausibility is known (the start time a full Unix time, not
+  // rounded to 6 digits).
+  const auto number = [&values](const std::string& name) {
+    double v = -1;
+    EXPECT_TRUE(absl::SimpleAtod(values[name], &v)) << name << "=" << values[name];
+    return v;
+  };
+  EXPECT_GT(number("process_cpu_seconds_total"), 0);
+  EXPECT_GT(number("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(number("process_max_resident_memory_bytes"),
+            number("process_resident_memory_bytes") * 0.5);
+  EXPECT_GT(number("process_open_fds"), 3);
+  const double started = number("process_start_time_seconds");
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_GT(started, now - 3600) << values["process_start_time_seconds"];
+  EXPECT_LE(started, now + 2);
+  EXPECT_GT(number("vigil_heap_in_use_bytes"), 1 << 16);
   // The 6 samples arrived in the current second, not yet a complete one.
   EXPECT_EQ(values["vigil_ingest_rate_samples_per_second"], "0");
   t_.clock.Advance(1);
