@@ -28,6 +28,11 @@ absl::Status Errno(const std::string& what, const std::string& path) {
       absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
+absl::Status ReadError(const std::string& path, const absl::Status& error) {
+  return absl::InternalError(
+      absl::StrCat("cannot read frame log ", path, ": ", error.message()));
+}
+
 template <typename T>
 void Put(std::string* out, size_t* pos, const T& v) {
   std::memcpy(out->data() + *pos, &v, sizeof v);
@@ -83,6 +88,42 @@ bool ParsePayload(std::string_view payload, std::vector<SeriesId>* ids,
   }
   return true;
 }
+
+// Reads a file front to back through one buffer that grows only to the
+// largest record asked for.
+class SegmentReader {
+ public:
+  explicit SegmentReader(int fd) : fd_(fd) {}
+
+  // Points *out at the next `n` bytes of the file, valid until the next
+  // call. False if the file ends first; kInternal on a read error.
+  absl::StatusOr<bool> Next(size_t n, std::string_view* out) {
+    if (end_ - begin_ < n) {
+      buffer_.erase(0, begin_);
+      end_ -= begin_;
+      begin_ = 0;
+      buffer_.resize(std::max(n, kReadSize));
+      while (end_ < n) {
+        const ssize_t got = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return absl::InternalError(std::strerror(errno));
+        if (got == 0) return false;
+        end_ += static_cast<size_t>(got);
+      }
+    }
+    *out = std::string_view(buffer_.data() + begin_, n);
+    begin_ += n;
+    return true;
+  }
+
+ private:
+  static constexpr size_t kReadSize = 1 << 20;
+
+  int fd_;
+  std::string buffer_;
+  size_t begin_ = 0;  // the first byte not handed out
+  size_t end_ = 0;    // the end of the bytes read
+};
 
 }  // namespace
 
@@ -186,42 +227,53 @@ absl::StatusOr<FrameLogReplay> ReplayFrameLogSegment(
     const std::function<absl::Status(std::span<const FrameColumns>)>& apply) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Errno("cannot open frame log", path);
-  std::string data;
-  char chunk[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status error = Errno("cannot read frame log", path);
-      ::close(fd);
-      return error;
-    }
-    if (n == 0) break;
-    data.append(chunk, n);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status error = Errno("cannot stat frame log", path);
+    ::close(fd);
+    return error;
   }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  // Record by record through one buffer, so that a replay after a crash
+  // holds a record at a time, not the segment (up to the checkpoint
+  // threshold, 256 MiB by default, on top of the open blocks it refills).
+  SegmentReader reader(fd);
   FrameLogReplay replay;
   std::vector<SeriesId> ids;
   std::vector<double> values;
   std::vector<FrameColumns> frames;
-  std::string_view rest = data;
   absl::Status status;
-  while (rest.size() >= kHeaderSize) {
+  uint64_t offset = 0;
+  while (status.ok() && file_size - offset >= kHeaderSize) {
+    std::string_view header;
+    absl::StatusOr<bool> got = reader.Next(kHeaderSize, &header);
+    if (!got.ok()) {
+      status = ReadError(path, got.status());
+      break;
+    }
+    if (!*got) break;
     uint32_t length, crc;
-    std::string_view header = rest;
     Get(&header, &length);
     Get(&header, &crc);
-    if (length > kMaxRecord || header.size() < length) break;
-    const std::string_view payload = header.substr(0, length);
-    if (Crc32c(payload.data(), payload.size()) != crc ||
+    // A length beyond the file's end is a torn (or corrupt) record: stop
+    // before allocating for it.
+    if (length > kMaxRecord || length > file_size - offset - kHeaderSize) break;
+    std::string_view payload;
+    got = reader.Next(length, &payload);
+    if (!got.ok()) {
+      status = ReadError(path, got.status());
+      break;
+    }
+    if (!*got || Crc32c(payload.data(), payload.size()) != crc ||
         !ParsePayload(payload, &ids, &values, &frames))
       break;
     status = apply(frames);
     if (!status.ok()) break;
     ++replay.records;
-    rest.remove_prefix(kHeaderSize + length);
+    offset += kHeaderSize + length;
   }
-  replay.valid_bytes = data.size() - rest.size();
-  replay.torn_bytes = status.ok() ? rest.size() : 0;
+  replay.valid_bytes = offset;
+  replay.torn_bytes = status.ok() ? file_size - offset : 0;
   if (status.ok() && truncate_torn && replay.torn_bytes > 0 &&
       ::ftruncate(fd, replay.valid_bytes) != 0)
     status = Errno("cannot truncate frame log", path);

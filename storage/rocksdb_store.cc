@@ -93,6 +93,12 @@ constexpr int64_t kDayMs = 86'400'000;
 constexpr size_t kRetentionBatchSeries = 1024;
 // Longest block span: a piece whose samples span more is corrupt.
 constexpr double kMaxBlockSeconds = 40 * 86400.0;
+// A checkpoint encodes the pieces of this many dirty series at a time; one
+// in the background holds the store's lock for one slice.
+constexpr size_t kCheckpointSlice = 2048;
+// A checkpoint that holds the lock throughout (at start and stop) writes
+// its batch once it holds this much, rather than all pieces in one batch.
+constexpr size_t kCheckpointBatchBytes = 8 << 20;
 
 enum Cf { kMeta = 0, kRaw, kRollup, kIndex, kEvents, kOpen, kQuarantine, kNumCf };
 constexpr const char* kCfNames[kNumCf] = {"default", "raw",  "rollup",    "index",
@@ -951,8 +957,14 @@ absl::Status RocksDbStore::Checkpoint() {
   mu_.Await(absl::Condition(
       +[](bool* in_flight) { return !*in_flight; }, &checkpointing_));
   VIGIL_ASSIGN_OR_RETURN(CheckpointWork work, BeginCheckpoint());
-  EncodePieces(work, 0, work.ids.size());
-  absl::Status s = WriteCheckpoint(work);
+  // A slice's pieces at a time, so the batch does not hold every dirty
+  // block's pieces at once (after a crash's replay that is every series).
+  absl::Status s;
+  for (size_t begin = 0; begin < work.ids.size() && s.ok(); begin += kCheckpointSlice) {
+    EncodePieces(work, begin, std::min(work.ids.size(), begin + kCheckpointSlice));
+    if (work.batch.GetDataSize() >= kCheckpointBatchBytes) s = WritePieces(work);
+  }
+  if (s.ok()) s = WriteCheckpoint(work);
   return FinishCheckpoint(work, s);
 }
 
@@ -973,15 +985,14 @@ absl::Status RocksDbStore::CheckpointInSlices() {
   // restart loads them and replays the old segments, dropping what they
   // hold), and after each slice the thread rests as long as the slice
   // took, so a checkpoint uses at most half a core instead of bursting.
-  constexpr size_t kSlice = 2048;
   constexpr double kMaxRestSeconds = 0.02;
   Clock& clock = *options_.store.clock;
   absl::Status s;
-  for (size_t begin = 0; begin < work.ids.size() && s.ok(); begin += kSlice) {
+  for (size_t begin = 0; begin < work.ids.size() && s.ok(); begin += kCheckpointSlice) {
     const double start = clock.Now();
     {
       absl::MutexLock l(&mu_);
-      EncodePieces(work, begin, std::min(work.ids.size(), begin + kSlice));
+      EncodePieces(work, begin, std::min(work.ids.size(), begin + kCheckpointSlice));
     }
     s = WritePieces(work);
     const double rest = std::min(kMaxRestSeconds, clock.Now() - start);

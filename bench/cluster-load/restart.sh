@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # What a vigil-server holds when it restarts while its jobs' baselines
 # learn: 1,250 nodes streamed by four cluster_load processes for
-# LOAD_SECONDS, SIGTERM (the last detection snapshot is written), start
-# again on the same data dir, the same load for AFTER_SECONDS, RSS sampled
-# every 0.2 s from the restart. bench/RESULTS.md ("The snapshot's spike")
-# has the results.
+# LOAD_SECONDS, SIGTERM (the last detection snapshot is written; or SIGKILL,
+# a crash: the frame log is replayed and the last minute's snapshot read),
+# start again on the same data dir, the same load for AFTER_SECONDS, RSS
+# sampled every 0.2 s from the restart and the heap in use (the server's
+# vigil_heap_in_use_bytes) every second. bench/RESULTS.md ("The snapshot's
+# spike", "Restarts") has the results.
 # Usage: bench/cluster-load/restart.sh [BUILD_DIR] [LOAD_SECONDS] [AFTER_SECONDS] [SERVER_CONFIG]
 #   defaults: build 660 180 (none); the results used a config with
 #   {"detection": {"learn_steps": 400, "warmup_steps": 100}} so that the
 #   snapshot holds learning samples at the stop.
-#   GRPC_PORT, HTTP_PORT (environment; 17290, 18290).
+#   GRPC_PORT, HTTP_PORT (environment; 17290, 18290); STOP_SIGNAL (TERM or
+#   KILL; TERM).
 set -euo pipefail
 build=${1:-build}
 load_seconds=${2:-660}
@@ -22,6 +25,8 @@ done
 for bin in server/vigil-server bench/cluster_load; do
   [ -x "$build/$bin" ] || { echo "restart: no $build/$bin (build it first)" >&2; exit 2; }
 done
+stop_signal=${STOP_SIGNAL:-TERM}
+[[ $stop_signal == TERM || $stop_signal == KILL ]] || { echo "restart: STOP_SIGNAL must be TERM or KILL" >&2; exit 2; }
 grpc_port=${GRPC_PORT:-17290}
 http_port=${HTTP_PORT:-18290}
 out=$(mktemp -d /tmp/vigil-restart.XXXXXX)
@@ -62,8 +67,9 @@ metric() { curl -fsS -m 2 "http://127.0.0.1:$http_port/metrics" | awk -v m="$1" 
 
 start_server; wait_up
 run_load "$load_seconds"
-echo "before the stop: rss_mib=$(rss_mib) snapshot_bytes=$(metric vigil_detection_snapshot_bytes)"
-kill -TERM "$server_pid"; wait "$server_pid" || true
+echo "before the stop: rss_mib=$(rss_mib) heap_mib=$(metric vigil_heap_in_use_bytes | awk '{printf "%d", $1 / 1048576}') snapshot_bytes=$(metric vigil_detection_snapshot_bytes) frame_log_bytes=$(metric vigil_frame_log_bytes)"
+kill -"$stop_signal" "$server_pid"; wait "$server_pid" || true
+echo "frame log at the restart: $(cat "$out"/data/frames-*.log 2>/dev/null | wc -c) bytes"
 echo "snapshot file: $(stat -c %s "$out/data/state/detection" 2>/dev/null || echo none) bytes"
 start_server
 t0=$(date +%s.%N)
@@ -72,11 +78,20 @@ t0=$(date +%s.%N)
       "/proc/$server_pid/status" 2>/dev/null || true
     sleep 0.2
   done ) >"$out/rss.txt" &
+( while kill -0 "$server_pid" 2>/dev/null; do
+    h=$(metric vigil_heap_in_use_bytes 2>/dev/null) &&
+      [ -n "$h" ] && awk -v t0="$t0" -v now="$(date +%s.%N)" -v h="$h" 'BEGIN {printf "%.1f %d\n", now - t0, h / 1048576}'
+    sleep 1
+  done ) >"$out/heap.txt" &
 wait_up
 echo "up after $(awk -v t0="$t0" -v now="$(date +%s.%N)" 'BEGIN {printf "%.1f", now - t0}') s, restored=$(metric vigil_detection_restored)"
 run_load "$after_seconds"
 echo "after ${after_seconds} s of load: rss_mib=$(rss_mib)"
 awk '{ if ($2 > max) { max = $2; at = $1 } } END { printf "largest rss_mib=%d at %.1f s after the restart\n", max, at }' "$out/rss.txt"
-for s in 5 7 10 15 20 30 45 60 90 120; do
-  awk -v s="$s" '$1 >= s && $1 < s + 1 && $2 > m { m = $2 } END { if (m) printf "  %3d s: %d MiB\n", s, m }' "$out/rss.txt"
+awk '{ if ($2 > max) { max = $2; at = $1 } } END { printf "largest heap_in_use_mib=%d at %.1f s after the restart\n", max, at }' "$out/heap.txt"
+echo "  at     rss   heap in use (MiB)"
+for s in 5 7 10 15 20 30 45 60 90 120 150; do
+  r=$(awk -v s="$s" '$1 >= s && $1 < s + 1 && $2 > m { m = $2 } END { if (m) print m }' "$out/rss.txt")
+  h=$(awk -v s="$s" '$1 >= s - 0.5 && $1 < s + 1.5 && $2 > m { m = $2 } END { if (m) print m }' "$out/heap.txt")
+  [ -z "$r" ] || printf "  %3d s: %5d %5s\n" "$s" "$r" "${h:--}"
 done
