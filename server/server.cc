@@ -52,8 +52,14 @@ constexpr double kDetectionStallSeconds = 30;
 // How long a frame worker waits for a moved job's profiles from its old shard.
 constexpr double kProfilesFetchSeconds = 2;
 // How often the heap glibc keeps after bursts (the start's dictionaries and
-// series creation) is handed back to the kernel (bench/RESULTS.md, RSS).
+// series creation) is handed back to the kernel (bench/RESULTS.md, RSS):
+// every kStartTrimSeconds for the first kStartTrimWindowSeconds, while the
+// agents' reconnect storm and the restored baselines' hand-over free the
+// most (a restart's RSS peak, bench/RESULTS.md "Restarts, split"), then every
+// kMemoryTrimSeconds.
 constexpr double kMemoryTrimSeconds = 30;
+constexpr double kStartTrimSeconds = 5;
+constexpr double kStartTrimWindowSeconds = 180;
 // Size of a profiles export that holds none (Detector::ExportProfiles).
 constexpr size_t kEmptyProfilesBytes = 12;
 
@@ -527,7 +533,14 @@ absl::Status VigilServer::Start() {
   escalation_ = std::move(escalation);
   store_watch_ = std::move(store_watch);
   memory_trimmer_ = std::make_unique<PeriodicThread>(
-      clock_, kMemoryTrimSeconds, [] { malloc_trim(0); }, [](const std::string& error) {
+      clock_, kStartTrimSeconds,
+      [rounds = 0]() mutable {
+        constexpr int kStartRounds = static_cast<int>(kStartTrimWindowSeconds / kStartTrimSeconds);
+        constexpr int kEvery = static_cast<int>(kMemoryTrimSeconds / kStartTrimSeconds);
+        if (rounds < kStartRounds || (rounds - kStartRounds) % kEvery == 0) malloc_trim(0);
+        ++rounds;
+      },
+      [](const std::string& error) {
         std::fprintf(stderr, "vigil-server: malloc_trim threw %s\n", error.c_str());
       });
   memory_trimmer_->Start();

@@ -87,6 +87,7 @@ wait_up
 echo "up after $(awk -v t0="$t0" -v now="$(date +%s.%N)" 'BEGIN {printf "%.1f", now - t0}') s, restored=$(metric vigil_detection_restored)"
 run_load "$after_seconds"
 echo "after ${after_seconds} s of load: rss_mib=$(rss_mib)"
+echo "acks after the restart (each load process): $(sed -n 's/.*\(ack_p50_ms=[0-9.]* ack_p99_ms=[0-9.]*\).*/\1/p' "$out"/load.*.txt | tr '\n' ' ')"
 awk '{ if ($2 > max) { max = $2; at = $1 } } END { printf "largest rss_mib=%d at %.1f s after the restart\n", max, at }' "$out/rss.txt"
 awk '{ if ($2 > max) { max = $2; at = $1 } } END { printf "largest heap_in_use_mib=%d at %.1f s after the restart\n", max, at }' "$out/heap.txt"
 echo "  at     rss   heap in use (MiB)"
