@@ -48,7 +48,7 @@ def scrape(build):
         try:
             for _ in range(100):
                 try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=2) as r:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics?heap=1", timeout=2) as r:
                         return r.read().decode()
                 except OSError:
                     time.sleep(0.1)

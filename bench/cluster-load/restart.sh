@@ -63,7 +63,7 @@ run_load() {
   for pid in "${pids[@]}"; do wait "$pid" || { echo "restart: a load process failed" >&2; cat "$out"/load.*.txt >&2; exit 1; }; done
 }
 rss_mib() { awk '/^VmRSS/ {printf "%d", $2 / 1024}' "/proc/$server_pid/status"; }
-metric() { curl -fsS -m 2 "http://127.0.0.1:$http_port/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+metric() { curl -fsS -m 2 "http://127.0.0.1:$http_port/metrics?heap=1" | awk -v m="$1" '$1 == m {print $2}'; }
 
 start_server; wait_up
 run_load "$load_seconds"

@@ -177,9 +177,10 @@ void AppendSample(std::string* out, std::string_view name_and_labels, T v) {
 }
 
 // The conventional process_* families of Prometheus' client libraries,
-// and the heap in use beside RSS (what is resident but not in use is the
-// allocator's free pages: fragmentation, not live data).
-void AppendProcessMetrics(std::string* out) {
+// and, if `heap`, the heap in use beside RSS (what is resident but not in
+// use is the allocator's free pages, not live data): only when asked, as
+// counting it holds the allocator's locks (common/process_usage.h).
+void AppendProcessMetrics(std::string* out, bool heap) {
   const ProcessUsage usage = ReadProcessUsage();
   auto add = [out](const char* name, const char* type, const char* help, double v) {
     AppendFamily(out, name, type, help);
@@ -194,9 +195,12 @@ void AppendProcessMetrics(std::string* out) {
   add("process_start_time_seconds", "gauge", "Unix time the server started.",
       usage.start_time_seconds);
   add("process_open_fds", "gauge", "Open file descriptors of the server.", usage.open_fds);
+  if (!heap) return;
   add("vigil_heap_in_use_bytes", "gauge",
-      "Heap the server has allocated and not freed (glibc mallinfo2); resident "
-      "memory above it is mostly the allocator's free pages.",
+      "Only on /metrics?heap=1: heap the server has allocated and not freed "
+      "(glibc mallinfo2); resident memory above it is mostly the allocator's "
+      "free pages. Counting walks the allocator's free lists under its locks "
+      "(up to hundreds of ms on a fragmented heap), so scrapes leave it out.",
       HeapInUseBytes());
 }
 
@@ -379,7 +383,7 @@ void HttpApi::InstallHandlers() {
                          {"storage", std::string(storage.message())}});
   });
 
-  server_->Get("/metrics", [&o](const httplib::Request&,
+  server_->Get("/metrics", [&o](const httplib::Request& req,
                                 httplib::Response& res) {
     const IngestMetrics& m = *o.metrics;
     const StoreStats stats = o.store->Stats();
@@ -576,7 +580,7 @@ void HttpApi::InstallHandlers() {
                  "1 when this process started from a snapshot of learned "
                  "baselines.");
     AppendSample(&out, "vigil_detection_restored", d.restored ? 1 : 0);
-    AppendProcessMetrics(&out);
+    AppendProcessMetrics(&out, req.has_param("heap"));
     if (o.more_metrics) out += o.more_metrics();
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
   });
