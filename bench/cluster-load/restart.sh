@@ -6,7 +6,9 @@
 # start again on the same data dir, the same load for AFTER_SECONDS, RSS
 # sampled every 0.2 s from the restart and the heap in use (the server's
 # vigil_heap_in_use_bytes) every second. bench/RESULTS.md ("The snapshot's
-# spike", "Restarts") has the results.
+# spike", "Restarts, split") has the results. The heap count makes the
+# server walk its allocator's free lists each second; a run without it had
+# the same acks and RSS within a run's spread.
 # Usage: bench/cluster-load/restart.sh [BUILD_DIR] [LOAD_SECONDS] [AFTER_SECONDS] [SERVER_CONFIG]
 #   defaults: build 660 180 (none); the results used a config with
 #   {"detection": {"learn_steps": 400, "warmup_steps": 100}} so that the
