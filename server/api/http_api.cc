@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <limits>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -176,11 +178,26 @@ void AppendSample(std::string* out, std::string_view name_and_labels, T v) {
   absl::StrAppend(out, std::string(name_and_labels), " ", v, "\n");
 }
 
+// The heap in use, counted at most once a second (at `now`) however often
+// and by however many clients it is asked for: counting holds the
+// allocator's locks (common/process_usage.h).
+double HeapInUseAtMostOncePerSecond(double now) {
+  static std::mutex mu;
+  static double counted_at = -std::numeric_limits<double>::infinity();
+  static double bytes = 0;
+  std::lock_guard<std::mutex> l(mu);
+  if (!(now - counted_at < 1)) {
+    bytes = HeapInUseBytes();
+    counted_at = now;
+  }
+  return bytes;
+}
+
 // The conventional process_* families of Prometheus' client libraries,
 // and, if `heap`, the heap in use beside RSS (what is resident but not in
 // use is the allocator's free pages, not live data): only when asked, as
-// counting it holds the allocator's locks (common/process_usage.h).
-void AppendProcessMetrics(std::string* out, bool heap) {
+// counting it holds the allocator's locks.
+void AppendProcessMetrics(std::string* out, bool heap, double now) {
   const ProcessUsage usage = ReadProcessUsage();
   auto add = [out](const char* name, const char* type, const char* help, double v) {
     AppendFamily(out, name, type, help);
@@ -200,8 +217,9 @@ void AppendProcessMetrics(std::string* out, bool heap) {
       "Only on /metrics?heap=1: heap the server has allocated and not freed "
       "(glibc mallinfo2); resident memory above it is mostly the allocator's "
       "free pages. Counting walks the allocator's free lists under its locks "
-      "(up to hundreds of ms on a fragmented heap), so scrapes leave it out.",
-      HeapInUseBytes());
+      "(up to hundreds of ms on a fragmented heap), so scrapes leave it out; "
+      "counted at most once a second.",
+      HeapInUseAtMostOncePerSecond(now));
 }
 
 }  // namespace
@@ -580,7 +598,7 @@ void HttpApi::InstallHandlers() {
                  "1 when this process started from a snapshot of learned "
                  "baselines.");
     AppendSample(&out, "vigil_detection_restored", d.restored ? 1 : 0);
-    AppendProcessMetrics(&out, req.has_param("heap"));
+    AppendProcessMetrics(&out, req.has_param("heap"), o.clock->Now());
     if (o.more_metrics) out += o.more_metrics();
     res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
   });
