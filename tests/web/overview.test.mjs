@@ -150,7 +150,10 @@ step('an item opens its incident, its job and its node (mouse and keyboard)', as
   // Keyboard: the job link takes focus and opens on Enter.
   const jobLink = item().locator(`a[href="#/jobs/${RED.job}"]`);
   await jobLink.focus();
-  assert.equal(await jobLink.evaluate((a) => a === document.activeElement), true, 'the job link takes no focus');
+  // One round trip: a locator's evaluate resolves the element first, and a
+  // live re-render in between would leave it holding the replaced link.
+  assert.equal(await page.evaluate(() => document.activeElement?.dataset.key), `incident:${redIncident.id}:job`,
+    'the job link takes no focus');
   await page.keyboard.press('Enter');
   await page.waitForURL(`**/#/jobs/${RED.job}`);
   await page.locator(`section#job-detail[data-job="${RED.job}"]`).waitFor();
