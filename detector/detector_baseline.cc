@@ -53,11 +53,9 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
     s.level += bo.trend_level_alpha * (x - s.level);
   }
   if (s.learn_seen++ % s.stride == 0) {
-    s.learn.push_back(static_cast<float>(keep));
+    s.learn.push_back(keep);
     if (static_cast<int>(s.learn.size()) >= bo.learn_buffer) {
-      for (size_t i = 0; i < s.learn.size() / 2; ++i)
-        s.learn[i] = s.learn[2 * i];
-      s.learn.resize(s.learn.size() / 2);
+      s.learn.KeepEveryOther();
       s.stride *= 2;
     }
   }
@@ -67,14 +65,14 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
   const int kept = static_cast<int>(s.learn.size());
   if ((progress >= bo.learn_steps || elapsed >= bo.learn_max_s) &&
       kept >= bo.min_learn_samples) {
-    scratch.assign(s.learn.begin(), s.learn.end());
+    s.learn.DecodeTo(&scratch);
     double median, sigma;
     detector_internal::RobustStats(scratch, &median, &sigma);
     if (!s.traits->trending) s.level = median;
     s.spread = sigma;
     s.stage = Stage::kLearned;
     s.widen = 1;
-    std::vector<float>().swap(s.learn);
+    s.learn.Release();
     if (s.aux != kNone) {
       SeriesAux& ax = aux[s.aux];
       if (!ax.learn_diffs.empty()) {
@@ -89,7 +87,7 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
   if (s.traits->trending) return false;
   if (s.stage == Stage::kInherited) {
     if (s.learn_seen == kInheritCheckSamples) {
-      scratch.assign(s.learn.begin(), s.learn.end());
+      s.learn.DecodeTo(&scratch);
       const double own = detector_internal::MedianInPlace(scratch);
       if (std::fabs(own - s.level) > kInheritMismatchSigmas * Sigma(s)) {
         s.stage = Stage::kLearning;
@@ -104,7 +102,7 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
   // band.
   if (kept >= bo.early_min_samples && elapsed >= bo.early_min_s &&
       (s.early_at == 0 || s.learn_seen >= 4 * s.early_at)) {
-    scratch.assign(s.learn.begin(), s.learn.end());
+    s.learn.DecodeTo(&scratch);
     double median, sigma;
     detector_internal::RobustStats(scratch, &median, &sigma);
     s.level = median;

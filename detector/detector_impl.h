@@ -16,6 +16,7 @@
 #include "absl/container/node_hash_map.h"
 #include "detector/detector.h"
 #include "detector/ew_line_fit.h"
+#include "detector/learn_samples.h"
 #include "detector/metric_catalog.h"
 #include "detector/sustain.h"
 
@@ -110,7 +111,7 @@ struct SeriesState {
   double spread = 0;
   Sustain sustain;   // baseline, throughput tier 1, grad explosion, MFU
   Sustain sustain2;  // throughput tier 2, grad vanishing
-  std::vector<float> learn;
+  LearnSamples learn;  // while learning (half precision)
   int32_t gpu_label = -1;  // parsed "gpu" label, -1 when none
   int32_t stride = 1;
   // The band's widening over k_sigma (1 once learned).

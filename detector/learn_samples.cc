@@ -1,0 +1,230 @@
+#include "detector/learn_samples.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace vigil {
+namespace detector_internal {
+namespace {
+
+constexpr double kHalfMax = 65504;  // the largest finite half
+constexpr uint16_t kHalfMaxBits = 0x7bff;
+constexpr uint16_t kExponentBits = 0x7c00;
+constexpr uint16_t kMagnitudeBits = 0x7fff;
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// 2^e for e in [-1022, 1023].
+double Pow2(int e) {
+  return std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52);
+}
+
+bool Finite(uint16_t bits) { return (bits & kExponentBits) != kExponentBits; }
+bool Clamped(uint16_t bits) { return (bits & kMagnitudeBits) == kHalfMaxBits; }
+
+bool IsPowerOfTwo(size_t n) { return (n & (n - 1)) == 0; }
+
+}  // namespace
+
+uint16_t HalfBits(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  x &= 0x7fffffff;
+  if (x >= 0x47800000) {  // 2^16 and beyond, infinity, NaN
+    return sign | (x > 0x7f800000 ? 0x7e00 : 0x7c00);
+  }
+  if (x < 0x38800000) {  // below 2^-14: a subnormal half or zero
+    // Adding 0.5 puts the half's subnormal bits at the bottom of the
+    // float's mantissa, rounded by the FPU to nearest even.
+    const float shifted = std::bit_cast<float>(x) + 0.5f;
+    return sign | static_cast<uint16_t>(std::bit_cast<uint32_t>(shifted) -
+                                        std::bit_cast<uint32_t>(0.5f));
+  }
+  // Re-bias the exponent (127 -> 15) and round the 13 dropped bits to
+  // nearest even; a carry moves into the exponent as it should.
+  const uint32_t odd = (x >> 13) & 1;
+  x += (static_cast<uint32_t>(15 - 127) << 23) + 0xfff + odd;
+  return sign | static_cast<uint16_t>(x >> 13);
+}
+
+float HalfValue(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h & 0x7fff) << 13;
+  const uint32_t exponent = bits & 0x0f800000;
+  bits += static_cast<uint32_t>(127 - 15) << 23;
+  if (exponent == 0x0f800000) {  // infinity, NaN
+    bits += static_cast<uint32_t>(128 - 16) << 23;
+  } else if (exponent == 0) {  // zero, subnormal: normalised by the FPU
+    bits = std::bit_cast<uint32_t>(std::bit_cast<float>(bits + (1u << 23)) -
+                                   std::bit_cast<float>(113u << 23));
+  }
+  return std::bit_cast<float>(bits | static_cast<uint32_t>(h & 0x8000) << 16);
+}
+
+// Through a float: rounded twice, a deviation may differ from one rounding
+// by a unit in the half's last place, only where the float falls on a tie.
+uint16_t LearnSamples::Encode(double x) const {
+  if (!std::isfinite(x)) return HalfBits(static_cast<float>(x));
+  const double code = (x - reference_) * Pow2(-exponent_);
+  return HalfBits(static_cast<float>(std::clamp(code, -kHalfMax, kHalfMax)));
+}
+
+float LearnSamples::Decode(uint16_t code) const {
+  if (!Finite(code)) return HalfValue(code);
+  return static_cast<float>(reference_ + HalfValue(code) * Pow2(exponent_));
+}
+
+float LearnSamples::operator[](size_t i) const {
+  if (scaled_) return Decode(codes_[i]);
+  uint32_t bits = static_cast<uint32_t>(codes_[2 * i]) << 16 | codes_[2 * i + 1];
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+void LearnSamples::push_back(double x) {
+  if (!scaled_) {
+    const float f = static_cast<float>(x);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    codes_.push_back(static_cast<uint16_t>(bits >> 16));
+    codes_.push_back(static_cast<uint16_t>(bits));
+    if (size() == kRawValues) Pack();
+    return;
+  }
+  if (std::isfinite(x) &&
+      std::fabs((x - reference_) * Pow2(-exponent_)) > kHalfMax) {
+    ChooseScale(x);
+  }
+  codes_.push_back(Encode(x));
+  if (IsPowerOfTwo(codes_.size())) ChooseScale(std::nan(""));
+}
+
+void LearnSamples::clear() {
+  codes_.clear();
+  reference_ = 0;
+  exponent_ = 0;
+  scaled_ = false;
+}
+
+void LearnSamples::Release() {
+  std::vector<uint16_t>().swap(codes_);
+  clear();
+}
+
+void LearnSamples::KeepEveryOther() {
+  const size_t width = scaled_ ? 1 : 2;
+  const size_t kept = (size() + 1) / 2;
+  for (size_t i = 0; i < kept; ++i) {
+    for (size_t w = 0; w < width; ++w) {
+      codes_[i * width + w] = codes_[2 * i * width + w];
+    }
+  }
+  codes_.resize(kept * width);
+  if (scaled_) ChooseScale(std::nan(""));
+}
+
+void LearnSamples::DecodeTo(std::vector<double>* out) const {
+  out->resize(size());
+  for (size_t i = 0; i < size(); ++i) (*out)[i] = (*this)[i];
+}
+
+void LearnSamples::Pack() {
+  std::vector<float> raw(size());
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = (*this)[i];
+  std::vector<double> values;
+  for (float x : raw) {
+    if (std::isfinite(x)) values.push_back(x);
+  }
+  float reference = values.empty() ? 0 : static_cast<float>(values.front());
+  int exponent = 0;
+  double median;
+  if (!Fit(&values, std::nan(""), &reference, &exponent, &median) &&
+      reference != 0) {
+    // All equal: deviations of up to 2^11 times the value fit.
+    exponent = std::ilogb(reference) - 5;
+  }
+  reference_ = reference;
+  exponent_ = static_cast<int16_t>(exponent);
+  scaled_ = true;
+  codes_.clear();
+  for (float x : raw) codes_.push_back(Encode(x));
+}
+
+void LearnSamples::Rescale(float reference, int exponent) {
+  std::vector<float> values(codes_.size());
+  for (size_t i = 0; i < codes_.size(); ++i) values[i] = Decode(codes_[i]);
+  reference_ = reference;
+  exponent_ = static_cast<int16_t>(exponent);
+  for (size_t i = 0; i < codes_.size(); ++i) codes_[i] = Encode(values[i]);
+}
+
+void LearnSamples::ChooseScale(double newest) {
+  // The finite values; a clamped one counts as infinitely far on its side
+  // (its value is unknown but farther).
+  std::vector<double> values;
+  values.reserve(codes_.size() + 1);
+  for (uint16_t c : codes_) {
+    if (!Finite(c)) continue;
+    if (Clamped(c)) {
+      values.push_back(std::signbit(HalfValue(c)) ? -kInfinity : kInfinity);
+    } else {
+      values.push_back(Decode(c));
+    }
+  }
+  if (std::isfinite(newest)) values.push_back(newest);
+  float reference;
+  int exponent;
+  double median;
+  if (!Fit(&values, newest, &reference, &exponent, &median)) return;
+  // Re-encoding rounds every value again: only for a scale that changed or
+  // a reference that moved by more than the median deviation.
+  if (exponent != exponent_ || std::fabs(reference - reference_) > median) {
+    Rescale(reference, exponent);
+  }
+}
+
+bool LearnSamples::Fit(std::vector<double>* values, double newest,
+                       float* reference, int* exponent,
+                       double* median_deviation) const {
+  if (values->empty()) return false;
+  auto mid = values->begin() + values->size() / 2;
+  std::nth_element(values->begin(), mid, values->end());
+  double centre = *mid;
+  if (!std::isfinite(centre)) {
+    // Most values are clamped on one side: the newest, when it is among
+    // them, says where they are; else they are as far as the scale reached.
+    centre = std::isfinite(newest) && (newest > reference_) == (centre > 0)
+                 ? newest
+                 : reference_ + std::copysign(kHalfMax * Pow2(exponent_),
+                                              centre);
+  }
+  const float ref = static_cast<float>(centre);
+  // Deviations from it: the median one and the largest known one.
+  double largest = 0;
+  for (double& v : *values) {
+    v = std::fabs(v - ref);
+    if (std::isfinite(v)) largest = std::max(largest, v);
+  }
+  values->erase(std::remove(values->begin(), values->end(), 0.0),
+                values->end());
+  if (values->empty()) return false;
+  mid = values->begin() + values->size() / 2;
+  std::nth_element(values->begin(), mid, values->end());
+  const double median = std::isfinite(*mid) ? *mid : largest;
+  if (!(median > 0)) return false;
+  // The largest deviation's code in [2^14, 2^15), with room for twice as
+  // much; the median one's at least 2^-13 (normal).
+  // Kept within [-1000, 1000]: deviations that small or large would not be
+  // told apart by a baseline anyway.
+  *exponent = std::clamp(std::min(std::ilogb(std::max(largest, median)) - 14,
+                                  std::ilogb(median) + 13),
+                         -1000, 1000);
+  *reference = ref;
+  *median_deviation = median;
+  return true;
+}
+
+}  // namespace detector_internal
+}  // namespace vigil

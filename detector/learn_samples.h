@@ -1,0 +1,98 @@
+// The samples a learning series keeps, two bytes each.
+//
+// A baseline is the median and MAD of up to Options::learn_buffer samples
+// per series, and with every series of a 10,000-GPU cluster learning at
+// once these samples are the detector's largest state (~210 MiB of 4-byte
+// floats at 286 K series; bench/RESULTS.md "Restarts, split"). They are
+// kept as IEEE half-precision floats of (value - reference) / 2^exponent,
+// one reference and one exponent per series: each deviation from the
+// reference keeps 11 significant bits, so the spread a MAD measures keeps
+// them too (values themselves as halves would lose up to an eighth of a
+// MAD near the 0.5 % sigma floor: half's step at 1.25 s is 0.08 %).
+//
+// The reference is the median of the kept values and the scale the
+// largest that keeps the median deviation at least 2^-13 in half units
+// (every deviation then keeps an error below 2^-11 of the median one, the
+// smallest as subnormals) and fits every deviation when it can:
+// deviations beyond 2^29 times the median one are clamped to the largest
+// half, outliers that keep their side, which is all a median and a MAD
+// need of them. Both are chosen from the first kRawValues values, kept as
+// 4-byte floats until then, and again when the count of kept values
+// reaches a power of two or is halved, and when a value would overflow
+// the scale.
+#ifndef VIGIL_DETECTOR_LEARN_SAMPLES_H_
+#define VIGIL_DETECTOR_LEARN_SAMPLES_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace vigil {
+namespace detector_internal {
+
+// IEEE half-precision bits of `f`, rounded to nearest even (finite values
+// of 65520 and beyond become infinity). Bit arithmetic: GCC converts
+// _Float16 through library calls, several times slower.
+uint16_t HalfBits(float f);
+
+// The value of half-precision bits `h`.
+float HalfValue(uint16_t h);
+
+class LearnSamples {
+ public:
+  // Keeps `x` (NaN and infinities as such). Never fails.
+  void push_back(double x);
+
+  // The i-th kept value, as decoded (i < size()).
+  float operator[](size_t i) const;
+
+  size_t size() const { return scaled_ ? codes_.size() : codes_.size() / 2; }
+  bool empty() const { return codes_.empty(); }
+
+  // Reserves room for `n` values.
+  void reserve(size_t n) { codes_.reserve(std::max(n, 2 * kRawValues)); }
+
+  // Drops every value and the scale; keeps the allocation.
+  void clear();
+
+  // Drops every value and frees the allocation.
+  void Release();
+
+  // Keeps values 0, 2, 4, ... (the buffer's halving when full).
+  void KeepEveryOther();
+
+  // Replaces `*out` with the decoded values, in order.
+  void DecodeTo(std::vector<double>* out) const;
+
+ private:
+  // Values kept as floats (two codes each) before the first choice.
+  static constexpr size_t kRawValues = 8;
+
+  uint16_t Encode(double x) const;
+  float Decode(uint16_t code) const;
+  // Re-encodes every value against `reference` at scale 2^`exponent`.
+  void Rescale(float reference, int exponent);
+  // Chooses reference and scale from the kept values and `newest`, a value
+  // about to be kept (NaN if none), and rescales to them.
+  void ChooseScale(double newest);
+  // The reference and exponent for `values` (finite, or ±infinity for a
+  // clamped one; reordered), and their median deviation; false when all
+  // are equal or none is finite.
+  bool Fit(std::vector<double>* values, double newest, float* reference,
+           int* exponent, double* median_deviation) const;
+  // Encodes the raw floats kept so far.
+  void Pack();
+
+  // Half bits of (value - reference_) / 2^exponent_; before scaled_, the
+  // two halves of each value's float bits.
+  std::vector<uint16_t> codes_;
+  float reference_ = 0;
+  int16_t exponent_ = 0;
+  bool scaled_ = false;  // reference_ and exponent_ were chosen
+};
+
+}  // namespace detector_internal
+}  // namespace vigil
+
+#endif  // VIGIL_DETECTOR_LEARN_SAMPLES_H_

@@ -1,0 +1,245 @@
+// LearnSamples: a learning series' samples at two bytes each must keep
+// what a median and a MAD read (detector/learn_samples.h).
+#include "detector/learn_samples.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace vigil {
+namespace detector_internal {
+namespace {
+
+// Half precision keeps 11 significant bits: half an ulp is 2^-11 of the
+// value at most.
+constexpr double kRelative = 1.0 / 2048;
+
+double Median(std::vector<double> v) {
+  auto mid = v.begin() + v.size() / 2;
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+double Mad(const std::vector<double>& v) {
+  const double m = Median(v);
+  std::vector<double> dev;
+  for (double x : v) dev.push_back(std::fabs(x - m));
+  return Median(dev);
+}
+
+// `n` normal samples of `mean` and `sd`, from `seed`.
+std::vector<double> Normal(double mean, double sd, int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(mean, sd);
+  std::vector<double> out(n);
+  for (double& x : out) x = noise(rng);
+  return out;
+}
+
+std::vector<double> Decoded(const LearnSamples& s) {
+  std::vector<double> out;
+  s.DecodeTo(&out);
+  return out;
+}
+
+// GCC's _Float16 (library conversions) is the reference for the bit
+// arithmetic.
+uint16_t OracleBits(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, sizeof bits);
+  return bits;
+}
+
+TEST(HalfTest, EveryHalfDecodesAsTheCompilerDoes) {
+  for (uint32_t h = 0; h <= 0xffff; ++h) {
+    _Float16 want;
+    const uint16_t bits = static_cast<uint16_t>(h);
+    std::memcpy(&want, &bits, sizeof want);
+    const float got = HalfValue(bits);
+    if (std::isnan(static_cast<float>(want))) {
+      EXPECT_TRUE(std::isnan(got)) << std::hex << h;
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(got),
+                std::bit_cast<uint32_t>(static_cast<float>(want)))
+          << std::hex << h;
+    }
+  }
+}
+
+TEST(HalfTest, FloatsRoundToNearestEvenAsTheCompilerDoes) {
+  // Every half's value, the midpoints between neighbours (ties), and
+  // random floats across the whole range.
+  std::vector<float> floats = {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f,
+                               1e-8f, 2.98e-8f, 1e30f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity()};
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const float v = HalfValue(static_cast<uint16_t>(h));
+    const float next = HalfValue(static_cast<uint16_t>(h + 1));
+    floats.push_back(v);
+    floats.push_back(-v);
+    floats.push_back(v + (next - v) / 2);
+    floats.push_back(-(v + (next - v) / 2));
+  }
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xffffffffu);
+  for (int i = 0; i < 200000; ++i) {
+    const float f = std::bit_cast<float>(bits(rng));
+    if (!std::isnan(f)) floats.push_back(f);
+  }
+  for (float f : floats) {
+    EXPECT_EQ(HalfBits(f), OracleBits(f)) << f;
+  }
+  EXPECT_EQ(HalfBits(std::nanf("")) & 0x7fff, 0x7e00);
+}
+
+TEST(LearnSamplesTest, KeepsElevenBitsAtEveryLevel) {
+  // Step times, temperatures, watts, bytes/s, a dataloader's wait, a
+  // trending series' deviations from its level.
+  for (double level : {1.25, 67.0, 310.0, 2.4e10, 3e-4, -0.02}) {
+    const std::vector<double> raw =
+        Normal(level, std::fabs(level) * 0.01, 400, 7);
+    LearnSamples s;
+    for (double x : raw) s.push_back(x);
+    ASSERT_EQ(s.size(), raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) {
+      EXPECT_NEAR(s[i], raw[i], std::fabs(raw[i]) * kRelative)
+          << "level " << level << " sample " << i;
+    }
+  }
+}
+
+TEST(LearnSamplesTest, MedianAndMadAgreeWithFloats) {
+  // A steady job's step time: 1.25 s with 0.1 % jitter, where half's step
+  // is 0.08 %: halves of the values would move the MAD by ~12 %, halves of
+  // their deviations move it by less than 0.1 %.
+  const std::vector<double> raw = Normal(1.25, 0.00125, 512, 11);
+  LearnSamples s;
+  for (double x : raw) s.push_back(x);
+  const std::vector<double> got = Decoded(s);
+  EXPECT_NEAR(Median(got), Median(raw), 0.001 * Mad(raw));
+  EXPECT_NEAR(Mad(got), Mad(raw), 0.001 * Mad(raw));
+}
+
+TEST(LearnSamplesTest, AHugeFirstValueDoesNotCostTheBulkItsPrecision) {
+  // The first sample a billion times the rest (a counter's first rate
+  // after a reset, a stall): the scale moves to the bulk.
+  LearnSamples s;
+  s.push_back(4e6);
+  const std::vector<double> raw = Normal(0.004, 0.0001, 300, 3);
+  for (double x : raw) s.push_back(x);
+  EXPECT_GT(s[0], *std::max_element(raw.begin(), raw.end()))
+      << "the outlier keeps its side";
+  size_t precise = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (std::fabs(s[i + 1] - raw[i]) <= std::fabs(raw[i]) * kRelative) {
+      ++precise;
+    }
+  }
+  EXPECT_GE(precise, raw.size() - 31) << "only values before the first check";
+  std::vector<double> got = Decoded(s);
+  got.erase(got.begin());
+  EXPECT_NEAR(Median(got), Median(raw), 0.01 * 0.0001);
+}
+
+TEST(LearnSamplesTest, ATinyFirstValueIsRescaledBeforeItMatters) {
+  // An idle reading, then the busy level nine orders of magnitude higher.
+  LearnSamples s;
+  s.push_back(1e-6);
+  for (int i = 0; i < 100; ++i) s.push_back(1e9 + i * 1e5);
+  for (int i = 0; i < 100; ++i) {
+    const double want = 1e9 + i * 1e5;
+    EXPECT_NEAR(s[i + 1], want, want * kRelative) << i;
+  }
+  EXPECT_LT(s[0], 1e6) << "the outlier keeps its side";
+}
+
+TEST(LearnSamplesTest, ALevelShiftLaterIsFollowed) {
+  // 100 samples near 1, then the series settles 10^6 times higher (10^8
+  // times the spread). Until the new values are the bulk they are kept
+  // against the old reference (11 bits of the value, as plain halves);
+  // once the reference follows, every value keeps 11 bits of its deviation
+  // from the new bulk (the old values, outliers now, too). No value is off
+  // by more than a rounding of its distance from each bulk, and the median
+  // and the MAD are the new bulk's.
+  LearnSamples s;
+  std::vector<double> raw;
+  for (int i = 0; i < 100; ++i) raw.push_back(1.0 + i * 1e-3);
+  for (int i = 0; i < 400; ++i) raw.push_back(2e6 + i * 10.0);
+  for (double x : raw) s.push_back(x);
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const double distances = std::fabs(raw[i] - 1) + std::fabs(raw[i] - 2e6);
+    EXPECT_NEAR(s[i], raw[i], distances * kRelative + 1) << i;
+  }
+  const std::vector<double> got = Decoded(s);
+  EXPECT_NEAR(Median(got), Median(raw), Median(raw) * kRelative);
+  EXPECT_NEAR(Mad(got), Mad(raw), 0.01 * Mad(raw));
+}
+
+TEST(LearnSamplesTest, FarOutliersAreClampedOnTheirSide) {
+  // Deviations of more than 2^29 times the median one: clamped, above or
+  // below every other value as they were.
+  std::vector<double> raw = Normal(300, 0.5, 300, 5);
+  raw[100] = 1e15;
+  raw[200] = -1e15;
+  LearnSamples s;
+  for (double x : raw) s.push_back(x);
+  const std::vector<double> got = Decoded(s);
+  std::vector<double> bulk = got;
+  bulk.erase(bulk.begin() + 200);
+  bulk.erase(bulk.begin() + 100);
+  EXPECT_GT(s[100], *std::max_element(bulk.begin(), bulk.end()));
+  EXPECT_LT(s[200], *std::min_element(bulk.begin(), bulk.end()));
+  EXPECT_NEAR(Median(got), Median(raw), 0.5 * kRelative * 300);
+  EXPECT_NEAR(Mad(got), Mad(raw), Mad(raw) * 4 * kRelative);
+}
+
+TEST(LearnSamplesTest, ZerosNaNsAndInfinitiesAreKept) {
+  LearnSamples s;
+  s.push_back(0.0);
+  s.push_back(0.0);
+  s.push_back(std::numeric_limits<double>::quiet_NaN());
+  s.push_back(std::numeric_limits<double>::infinity());
+  s.push_back(-std::numeric_limits<double>::infinity());
+  s.push_back(42.0);
+  s.push_back(0.0);
+  EXPECT_EQ(s[0], 0.0f);
+  EXPECT_EQ(s[1], 0.0f);
+  EXPECT_TRUE(std::isnan(s[2]));
+  EXPECT_EQ(s[3], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(s[4], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(s[5], 42.0f);
+  EXPECT_EQ(s[6], 0.0f);
+}
+
+TEST(LearnSamplesTest, KeepEveryOtherHalvesInOrder) {
+  LearnSamples s;
+  for (int i = 0; i < 10; ++i) s.push_back(100 + i);
+  s.KeepEveryOther();
+  ASSERT_EQ(s.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(s[i], 100 + 2 * i);
+}
+
+TEST(LearnSamplesTest, ClearForgetsTheScale) {
+  LearnSamples s;
+  for (int i = 0; i < 20; ++i) s.push_back(1e12);
+  s.clear();
+  EXPECT_TRUE(s.empty());
+  s.push_back(0.001);
+  EXPECT_NEAR(s[0], 0.001, 0.001 * kRelative);
+  s.Release();
+  EXPECT_TRUE(s.empty());
+  s.push_back(-7.5);
+  EXPECT_EQ(s[0], -7.5f);
+}
+
+}  // namespace
+}  // namespace detector_internal
+}  // namespace vigil
