@@ -33,7 +33,8 @@ namespace detector_internal {
 
 // IEEE half-precision bits of `f`, rounded to nearest even (finite values
 // of 65520 and beyond become infinity). Bit arithmetic: GCC converts
-// _Float16 through library calls, several times slower.
+// _Float16 through library calls, several times slower, and clang 14 on
+// x86-64 has no _Float16.
 uint16_t HalfBits(float f);
 
 // The value of half-precision bits `h`.
