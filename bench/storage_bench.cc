@@ -1,6 +1,9 @@
 // Storage benchmarks on the RocksDB store with GPU-node-like data:
 //   BM_Append          samples/s per core (CPU time) into the store
 //   BM_BytesPerSample  bytes on disk per sample after Flush()
+//   BM_RollupBytes     bytes on disk per series-minute once a raw day has
+//                      been rolled up into 1-minute rollups and dropped
+//                      (this file's node model, then the agent's simulator)
 //   BM_Query1h         latency of Query() over 1 h of one 1 Hz series
 // Run: build-storage/bench/storage_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -11,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/sim/simulator.h"
 #include "common/clock.h"
 #include "storage/rocksdb_store.h"
 
@@ -115,7 +119,7 @@ struct Fixture {
     store.reset();
     std::filesystem::remove_all(dir);
   }
-  // Appends tick `t` of node `n`.
+  // Appends tick `t` (seconds after kT0) of node `n`.
   void Append(int n, int t) {
     sims[n].Tick(&values);
     FrameColumns frame{.ts = kT0 + t, .ids = ids[n], .values = values};
@@ -158,6 +162,115 @@ void BM_BytesPerSample(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_BytesPerSample)->Arg(20)->Iterations(1)->Unit(benchmark::kSecond);
+
+// A whole day of 1 Hz samples, then the clock past raw retention: the day
+// is folded into 1-minute rollups (min, max, sum, count, NaN count) and
+// its raw chunks dropped, as the store does every day past the 7th. What
+// the data dir holds then is the rollups (and the index, a few KB): the
+// figure behind the rollup disk of docs/SCALING.md. `append(store, t)`
+// writes second `t` of the day; `series` series take part.
+template <typename AppendTick>
+void MeasureRollupDay(benchmark::State& state, const std::string& name,
+                      size_t series, AppendTick append) {
+  const double day_start = std::ceil(kT0 / 86400) * 86400;
+  constexpr int kTicks = 86400;
+  FakeClock clock(day_start);
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("vigil_storage_bench_" + name);
+  std::filesystem::remove_all(dir);
+  RocksDbStoreOptions options;
+  options.store.clock = &clock;
+  options.data_dir = dir;
+  std::unique_ptr<SeriesStore> store = std::move(*OpenRocksDbStore(options));
+  for (int t = 0; t < kTicks; ++t) append(*store, day_start + t);
+  if (!store->Flush().ok()) std::abort();
+  const StoreStats raw = store->Stats();
+  clock.Set(day_start + 9 * 86400.0);
+  if (!store->EnforceRetention().ok() || !store->Flush().ok()) std::abort();
+  const StoreStats rolled = store->Stats();
+  state.counters["bytes_per_series_minute"] =
+      static_cast<double>(rolled.bytes_on_disk) / (static_cast<double>(series) * kTicks / 60);
+  state.counters["raw_bytes_per_sample"] =
+      static_cast<double>(raw.bytes_on_disk) / raw.samples_appended;
+  state.counters["series"] = static_cast<double>(series);
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+
+void BM_RollupBytes(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    std::vector<NodeSim> sims;
+    std::vector<std::vector<SeriesId>> ids;
+    std::vector<double> values;
+    MeasureRollupDay(
+        state, "rollup", static_cast<size_t>(nodes) * kSeriesPerNode,
+        [&](SeriesStore& store, double ts) {
+          if (sims.empty()) {
+            for (int n = 0; n < nodes; ++n) {
+              sims.emplace_back(n);
+              ids.emplace_back();
+              for (int s = 0; s < kSeriesPerNode; ++s)
+                ids.back().push_back(*store.Resolve(SeriesKey{
+                    .metric = "m" + std::to_string(s),
+                    .labels = {{"job", "j"}, {"node", "node" + std::to_string(n)}}}));
+            }
+          }
+          for (int n = 0; n < nodes; ++n) {
+            sims[n].Tick(&values);
+            FrameColumns frame{.ts = ts, .ids = ids[n], .values = values};
+            if (!store.Append({&frame, 1}, nullptr).ok()) std::abort();
+          }
+        });
+  }
+}
+BENCHMARK(BM_RollupBytes)->Arg(2)->Iterations(1)->Unit(benchmark::kSecond);
+
+// The same day from the agent's simulator (agent/sim/simulator.h): 8 GPUs,
+// 8 NICs, 2 disks and a training job's step metrics a node, power to the
+// milliwatt, counters with their real increments.
+void BM_RollupBytesSimulated(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    std::vector<agent::Simulator> sims;
+    std::vector<std::vector<SeriesId>> ids;
+    size_t series = 0;
+    for (int n = 0; n < nodes; ++n) {
+      agent::SimulatorOptions o;
+      o.node = "node" + std::to_string(n);
+      o.job = "job";
+      sims.push_back(*agent::Simulator::Create(o));
+      series += sims.back().series().size();
+    }
+    std::vector<SeriesId> frame_ids;
+    std::vector<double> values;
+    MeasureRollupDay(state, "rollup_sim", series, [&](SeriesStore& store, double ts) {
+      if (ids.empty()) {
+        for (int n = 0; n < nodes; ++n) {
+          ids.emplace_back();
+          for (SeriesKey key : sims[n].series()) {
+            key.labels.emplace_back("job", "job");
+            key.labels.emplace_back("node", "node" + std::to_string(n));
+            ids.back().push_back(*store.Resolve(key));
+          }
+        }
+      }
+      for (int n = 0; n < nodes; ++n) {
+        std::optional<agent::SimFrame> f = sims[n].Tick(ts);
+        if (!f) continue;
+        frame_ids.clear();
+        values.clear();
+        for (const auto& sample : f->samples) {
+          frame_ids.push_back(ids[n][sample.series]);
+          values.push_back(sample.value);
+        }
+        FrameColumns frame{.ts = f->ts, .ids = frame_ids, .values = values};
+        if (!store.Append({&frame, 1}, nullptr).ok()) std::abort();
+      }
+    });
+  }
+}
+BENCHMARK(BM_RollupBytesSimulated)->Arg(2)->Iterations(1)->Unit(benchmark::kSecond);
 
 void BM_Query1h(benchmark::State& state) {
   Fixture f(1, "query");
