@@ -4,26 +4,38 @@
 # the agents connecting over mTLS (a test CA made in $VIGIL_DEMO_DIR/tls) with
 # a node token.
 # Usage: deploy/demo.sh [--nodes N] [--job NAME] [--http PORT] [--grpc PORT]
-# Ctrl-C stops everything. Data lives in $VIGIL_DEMO_DIR (default /tmp/vigil-demo).
+#                       [--build-dir DIR]
+#   --build-dir DIR  run the binaries already built in DIR; install and build
+#                    nothing (tests/e2e/demo_e2e.sh runs the demo this way)
+# The local page receivers listen on the HTTP port + 11, the dry-run
+# actuator on + 12. Ctrl-C stops everything. Data lives in $VIGIL_DEMO_DIR
+# (default /tmp/vigil-demo).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 nodes=4
 job=llama-70b
 http_port=8080
 grpc_port=7070
+build_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
     --job) job=$2; shift 2 ;;
     --http) http_port=$2; shift 2 ;;
     --grpc) grpc_port=$2; shift 2 ;;
+    --build-dir) build_dir=$2; shift 2 ;;
     *) echo "demo: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 data=${VIGIL_DEMO_DIR:-/tmp/vigil-demo}
-"$root/deploy/install-deps.sh"
-"$root/deploy/build.sh" "$root/build"
-bin=$root/build
+if [ -n "$build_dir" ]; then
+  bin=$(cd "$build_dir" && pwd)
+  [ -x "$bin/server/vigil-server" ] || { echo "demo: no $bin/server/vigil-server" >&2; exit 2; }
+else
+  "$root/deploy/install-deps.sh"
+  "$root/deploy/build.sh" "$root/build"
+  bin=$root/build
+fi
 mkdir -p "$data"
 pids=()
 cleanup() {
