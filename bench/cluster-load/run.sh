@@ -3,7 +3,9 @@
 # (1,250 8-GPU nodes at 1 Hz, ~286 K samples/s) streamed in real time from a
 # few cluster_load processes on the same machine (bench/cluster_load.cc).
 # Reports what the server sustained: samples/s, its CPU (cores), RSS,
-# frame -> incident latency of red-line faults, batch ack latency, and disk
+# frame -> incident latency of red-line faults, batch ack latency (as the
+# agents see it, and the server's own histograms: read to ack, read to
+# stored; the agents' figure adds their own scheduling on these cores), and disk
 # per day (its data dir after a clean shutdown, per sample, times a day of
 # the cluster's samples), and every 5 minutes its RSS, series and open
 # blocks. bench/RESULTS.md has the results.
@@ -80,6 +82,8 @@ status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 kill $sampler $timeline 2>/dev/null || true
 cat "$out/timeline.txt"
+# The server's own view of its batches (vigil_ingest_batch_*_seconds).
+curl -fsS -m 5 "http://127.0.0.1:$http_port/metrics" >"$out/metrics_end.txt" 2>/dev/null || true
 t1=$(date +%s.%N)
 cpu1=$(ticks)
 rss_end=$(rss_kb)
@@ -116,6 +120,29 @@ print(f"samples={samples} samples_per_s={samples / wall:.0f} server_cpu_cores={c
 print(f"server_rss_peak_mib={peak:.0f} server_rss_end_mib={int(rss_end) / 1024:.0f}")
 print(f"ack_p50_ms(max over processes)={max(acks50):.2f} ack_p99_ms(max over processes)={max(acks99):.1f} "
       f"failed_streams={failed}")
+# From the server's histograms: the bound of the bucket holding each
+# quantile (so "<= X ms"), and the share of batches past 50 ms.
+def histogram(name):
+    buckets = []
+    try:
+        for line in open(f"{out}/metrics_end.txt"):
+            m = re.match(name + r'_bucket\{le="([^"]+)"\} (\d+)', line)
+            if m: buckets.append((float(m[1]), int(m[2])))
+    except OSError:
+        pass
+    return buckets
+def bound(buckets, p):
+    total = buckets[-1][1]
+    return next(le for le, n in buckets if n >= p * total)
+def ms(v): return "inf" if v == float("inf") else f"{v * 1e3:g}"
+for stage in ("ack", "apply"):
+    b = histogram(f"vigil_ingest_batch_{stage}_seconds")
+    if not b or b[-1][1] == 0:
+        continue
+    within50 = next(n for le, n in b if le >= 0.05)
+    print(f"server_{stage}_batches={b[-1][1]} server_{stage}_p50_ms<={ms(bound(b, 0.5))} "
+          f"server_{stage}_p99_ms<={ms(bound(b, 0.99))} "
+          f"server_{stage}_past_50ms={100 * (1 - within50 / b[-1][1]):.3f}%")
 print(f"faults={faults} found={found} frame_to_incident_p50_ms={q(0.5):.0f} "
       f"frame_to_incident_p99_ms={q(0.99):.0f} max_ms={lat[-1] if lat else float('nan'):.0f}")
 print(f"disk_bytes={int(disk)} bytes_per_sample={int(disk) / samples:.3f} "

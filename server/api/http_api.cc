@@ -453,6 +453,12 @@ void HttpApi::InstallHandlers() {
                  "Samples ingested per second over the last 10 s.");
     AppendSample(&out, "vigil_ingest_rate_samples_per_second",
                  m.sample_rate.Rate(o.clock->Now()));
+    m.batch_apply.AppendText(&out, "vigil_ingest_batch_apply_seconds",
+                             "Per agent batch: from its read to its samples stored (frame "
+                             "log and open blocks).");
+    m.batch_ack.AppendText(&out, "vigil_ingest_batch_ack_seconds",
+                           "Per agent batch: from its read to its ack, the store's append "
+                           "and the wait for and the run of detection included.");
     out += m.AgentDropsText();
     AppendFamily(&out, "vigil_connected_agents", "gauge",
                  "Live agent streams.");

@@ -1,8 +1,10 @@
 #include "server/ingest/ingest_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace vigil {
 
@@ -89,6 +91,38 @@ std::string IngestMetrics::AgentDropsText() const {
                     "\",cause=\"previous_process\"} ", drops.earlier, "\n");
   }
   return out;
+}
+
+void LatencyHistogram::Observe(double seconds) {
+  if (!(seconds > 0)) seconds = 0;
+  size_t b = 0;
+  while (b < kBounds.size() && seconds > kBounds[b]) ++b;
+  buckets_[b].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(std::min(seconds, 1e9) * 1e9),
+                    std::memory_order_relaxed);
+}
+
+uint64_t LatencyHistogram::count() const {
+  uint64_t n = 0;
+  for (const std::atomic<uint64_t>& b : buckets_) n += b.load(std::memory_order_relaxed);
+  return n;
+}
+
+void LatencyHistogram::AppendText(std::string* out, std::string_view name_view,
+                                  std::string_view help) const {
+  // (Debian's Abseil has its own string_view.)
+  const absl::string_view name(name_view.data(), name_view.size());
+  absl::StrAppend(out, "# HELP ", name, " ", absl::string_view(help.data(), help.size()),
+                  "\n# TYPE ", name, " histogram\n");
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    cumulative += buckets_[b].load(std::memory_order_relaxed);
+    const std::string le = b < kBounds.size() ? absl::StrCat(kBounds[b]) : "+Inf";
+    absl::StrAppend(out, name, "_bucket{le=\"", le, "\"} ", cumulative, "\n");
+  }
+  absl::StrAppend(out, name, "_sum ",
+                  absl::StrFormat("%.9g", sum_ns_.load(std::memory_order_relaxed) / 1e9), "\n",
+                  name, "_count ", cumulative, "\n");
 }
 
 void RateWindow::Add(double now, uint64_t n) {

@@ -62,6 +62,27 @@ class RateWindow {
   std::array<Bucket, kBuckets> buckets_ ABSL_GUARDED_BY(mu_);
 };
 
+// Durations in seconds, as a Prometheus histogram with fixed buckets from
+// 0.5 ms to 10 s. Observe() is a few relaxed atomic adds, lock-free; a
+// reader sees each bucket at some moment, not one snapshot of all.
+class LatencyHistogram {
+ public:
+  // Upper bounds of the buckets (seconds); one more bucket holds the rest.
+  static constexpr std::array<double, 13> kBounds = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+  // Counts one duration (negative and NaN count as 0).
+  void Observe(double seconds);
+  // Durations observed so far.
+  uint64_t count() const;
+  // Appends the family `name` in the Prometheus text format: HELP, TYPE,
+  // cumulative `_bucket{le=...}` lines, `_sum` and `_count`.
+  void AppendText(std::string* out, std::string_view name, std::string_view help) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
 // Which limit refused a new series (vigil_ingest_series_refused_total).
 enum class SeriesLimit {
   kStream,  // the stream's dictionary is full (max_series_per_stream)
@@ -98,6 +119,12 @@ struct IngestMetrics {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(RejectReason::kCount)>
       rejected{};
   RateWindow sample_rate;
+  // Per batch of an agent stream, from its read completing to its ack
+  // being handed to gRPC: the store's append (frame log included) alone,
+  // and everything the server does before it acks (the append, then the
+  // wait for and the run of detection on the frame workers).
+  LatencyHistogram batch_apply;
+  LatencyHistogram batch_ack;
 
   // Counts one series refused by `limit`.
   void RefuseSeries(SeriesLimit limit) {

@@ -517,15 +517,27 @@ class IngestService::Stream {
                        "the first batch of the stream")));
       return;
     }
+    read_at_ = std::chrono::steady_clock::now();
     if (grpc::Status s = service_.HandleBatch(state_, batch_, &ack_); !s.ok()) {
       Close(s);
       return;
     }
+    metrics.batch_apply.Observe(SecondsSinceRead());
     if (!state_.applied || service_.workers_ == nullptr) {
-      io_.Write(ack_, &written_);
+      Ack();
       return;
     }
     Deliver();
+  }
+
+  double SecondsSinceRead() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at_).count();
+  }
+
+  // Acks the batch read last (its time to the ack is counted).
+  void Ack() {
+    service_.options_.metrics->batch_ack.Observe(SecondsSinceRead());
+    io_.Write(ack_, &written_);
   }
 
   void OnWritten(bool ok) {
@@ -573,7 +585,7 @@ class IngestService::Stream {
       if (!state_.deliveries[k].empty()) parts.push_back(k);
     }
     if (parts.empty()) {  // a batch without frames (a hello, a dictionary)
-      io_.Write(ack_, &written_);
+      Ack();
       return;
     }
     pending_.store(static_cast<int>(parts.size()));
@@ -599,7 +611,7 @@ class IngestService::Stream {
       }
     }
     Counter(k).fetch_sub(1, std::memory_order_relaxed);
-    if (pending_.fetch_sub(1) == 1) io_.Write(ack_, &written_);
+    if (pending_.fetch_sub(1) == 1) Ack();
   }
 
   // The queued-batches gauge of worker `k` (a spare one past those
@@ -622,6 +634,7 @@ class IngestService::Stream {
   v1::FrameBatch batch_;
   v1::Ack ack_;
   std::atomic<int> pending_{0};
+  std::chrono::steady_clock::time_point read_at_;  // of the batch in flight
   bool counted_ = false;     // holds a slot of max_streams
   bool watching_ = false;    // the first batch watchdog has it
   bool registered_ = false;  // Open succeeded

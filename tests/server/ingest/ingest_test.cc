@@ -244,6 +244,69 @@ TEST(IngestTest, ABackloggedWorkerRefusesBatchesBeforeStoringThem) {
   EXPECT_EQ(t.server.store()->ListSeries({.node = "nc"}).size(), 2u);
 }
 
+// The server's own view of its ack latency: a batch whose detection is held
+// for 120 ms is counted past 0.1 s in vigil_ingest_batch_ack_seconds, while
+// its store append is counted too; every batch is counted once in each.
+TEST(IngestTest, BatchLatenciesCountTheWaitForDetection) {
+  GateObserver gate;
+  TestServer t(TestOptions(), &gate);
+  IngestClient a(t.server.grpc_port());
+  a.Open();
+  std::optional<v1::Ack> ack;
+  std::thread send([&] { ack = a.Send(FirstBatch("na", "x")); });
+  gate.WaitEntered(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  gate.Open();
+  send.join();
+  ASSERT_TRUE(ack.has_value());
+  v1::FrameBatch second = Batch(2);
+  *second.add_frames() = Frame("llm", kT0 - 99, {1}, {251});
+  ASSERT_TRUE(a.Send(second).has_value());
+  EXPECT_TRUE(a.Finish().ok());
+
+  const IngestMetrics& m = t.server.metrics();
+  EXPECT_EQ(m.batch_apply.count(), 2u);
+  EXPECT_EQ(m.batch_ack.count(), 2u);
+  std::string text;
+  m.batch_ack.AppendText(&text, "ack", "help");
+  // Cumulative: the held batch is past 0.1 s (only the second may be
+  // within it), and both within 10 s.
+  const std::string within_100ms = "ack_bucket{le=\"0.1\"} ";
+  const size_t at = text.find(within_100ms);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_LE(std::stoi(text.substr(at + within_100ms.size())), 1) << text;
+  EXPECT_NE(text.find("ack_bucket{le=\"10\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("ack_bucket{le=\"+Inf\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nack_count 2\n"), std::string::npos) << text;
+}
+
+TEST(LatencyHistogramTest, CumulativeBucketsSumAndCount) {
+  LatencyHistogram h;
+  for (double s : {0.0001, 0.0005, 0.003, 0.2, 30.0, -1.0, std::nan("")}) h.Observe(s);
+  EXPECT_EQ(h.count(), 7u);
+  std::string text;
+  h.AppendText(&text, "x_seconds", "What it times.");
+  EXPECT_EQ(text,
+            "# HELP x_seconds What it times.\n"
+            "# TYPE x_seconds histogram\n"
+            "x_seconds_bucket{le=\"0.0005\"} 4\n"
+            "x_seconds_bucket{le=\"0.001\"} 4\n"
+            "x_seconds_bucket{le=\"0.0025\"} 4\n"
+            "x_seconds_bucket{le=\"0.005\"} 5\n"
+            "x_seconds_bucket{le=\"0.01\"} 5\n"
+            "x_seconds_bucket{le=\"0.025\"} 5\n"
+            "x_seconds_bucket{le=\"0.05\"} 5\n"
+            "x_seconds_bucket{le=\"0.1\"} 5\n"
+            "x_seconds_bucket{le=\"0.25\"} 6\n"
+            "x_seconds_bucket{le=\"0.5\"} 6\n"
+            "x_seconds_bucket{le=\"1\"} 6\n"
+            "x_seconds_bucket{le=\"2.5\"} 6\n"
+            "x_seconds_bucket{le=\"10\"} 6\n"
+            "x_seconds_bucket{le=\"+Inf\"} 7\n"
+            "x_seconds_sum 30.2036\n"
+            "x_seconds_count 7\n");
+}
+
 // Records what the detection hook is given.
 class RecordingObserver : public FrameObserver {
  public:
