@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "common/monotonic_clock.h"
+
 namespace vigil {
 namespace {
 
@@ -21,6 +23,11 @@ class SystemClock : public Clock {
 };
 
 }  // namespace
+
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 Clock* RealClock() {
   static Clock* clock = new SystemClock();

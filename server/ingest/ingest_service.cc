@@ -13,12 +13,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/monotonic_clock.h"
 
 namespace vigil {
 namespace {
@@ -517,7 +517,7 @@ class IngestService::Stream {
                        "the first batch of the stream")));
       return;
     }
-    read_at_ = std::chrono::steady_clock::now();
+    read_at_ = MonotonicSeconds();
     if (grpc::Status s = service_.HandleBatch(state_, batch_, &ack_); !s.ok()) {
       Close(s);
       return;
@@ -531,7 +531,7 @@ class IngestService::Stream {
   }
 
   double SecondsSinceRead() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at_).count();
+    return MonotonicSeconds() - read_at_;
   }
 
   // Acks the batch read last (its time to the ack is counted).
@@ -634,7 +634,7 @@ class IngestService::Stream {
   v1::FrameBatch batch_;
   v1::Ack ack_;
   std::atomic<int> pending_{0};
-  std::chrono::steady_clock::time_point read_at_;  // of the batch in flight
+  double read_at_ = 0;  // MonotonicSeconds() of the batch in flight's read
   bool counted_ = false;     // holds a slot of max_streams
   bool watching_ = false;    // the first batch watchdog has it
   bool registered_ = false;  // Open succeeded

@@ -1,6 +1,9 @@
 #include "common/clock.h"
 
+#include <chrono>
 #include <thread>
+
+#include "common/monotonic_clock.h"
 
 #include "gtest/gtest.h"
 
@@ -38,6 +41,18 @@ TEST(RealClockTest, IsUnixSeconds) {
   double now = RealClock()->Now();
   EXPECT_GT(now, 1.7e9);  // after 2023
   EXPECT_LT(now, 4.1e9);
+}
+
+TEST(MonotonicSecondsTest, NeverGoesBackAndFollowsRealTime) {
+  const double start = MonotonicSeconds();
+  double last = start;
+  for (int i = 0; i < 1000; ++i) {
+    const double now = MonotonicSeconds();
+    EXPECT_GE(now, last);
+    last = now;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(MonotonicSeconds() - start, 0.019);
 }
 
 }  // namespace
