@@ -135,7 +135,7 @@ def bound(buckets, p):
     total = buckets[-1][1]
     return next(le for le, n in buckets if n >= p * total)
 def ms(v): return "inf" if v == float("inf") else f"{v * 1e3:g}"
-for stage in ("ack", "apply"):
+for stage in ("ack", "apply", "detect"):
     b = histogram(f"vigil_ingest_batch_{stage}_seconds")
     if not b or b[-1][1] == 0:
         continue

@@ -459,6 +459,9 @@ void HttpApi::InstallHandlers() {
     m.batch_ack.AppendText(&out, "vigil_ingest_batch_ack_seconds",
                            "Per agent batch: from its read to its ack, the store's append "
                            "and the wait for and the run of detection included.");
+    m.batch_detect.AppendText(&out, "vigil_ingest_batch_detect_seconds",
+                              "Per part of an agent batch a frame worker runs: detection on "
+                              "its frames (waits for the shard included, the queue not).");
     out += m.AgentDropsText();
     AppendFamily(&out, "vigil_connected_agents", "gauge",
                  "Live agent streams.");

@@ -125,6 +125,9 @@ struct IngestMetrics {
   // wait for and the run of detection on the frame workers).
   LatencyHistogram batch_apply;
   LatencyHistogram batch_ack;
+  // Per part of a batch a frame worker runs: detection on its frames,
+  // waits for the shard's lock included, its wait in the queue not.
+  LatencyHistogram batch_detect;
 
   // Counts one series refused by `limit`.
   void RefuseSeries(SeriesLimit limit) {

@@ -601,6 +601,7 @@ class IngestService::Stream {
   // Delivers shard `k`'s part of the batch; acks after the last part.
   void Run(int k) {
     ShardedFrameObserver& observer = *service_.options_.observer;
+    const double started = MonotonicSeconds();
     for (const StreamState::Delivery& d : state_.deliveries[k]) {
       const FrameView view = ViewOf(state_.node, batch_.frames(d.frame),
                                     state_.columns[d.frame]);
@@ -610,6 +611,7 @@ class IngestService::Stream {
         observer.OnFrame(k, view);
       }
     }
+    service_.options_.metrics->batch_detect.Observe(MonotonicSeconds() - started);
     Counter(k).fetch_sub(1, std::memory_order_relaxed);
     if (pending_.fetch_sub(1) == 1) Ack();
   }

@@ -245,8 +245,9 @@ TEST(IngestTest, ABackloggedWorkerRefusesBatchesBeforeStoringThem) {
 }
 
 // The server's own view of its ack latency: a batch whose detection is held
-// for 120 ms is counted past 0.1 s in vigil_ingest_batch_ack_seconds, while
-// its store append is counted too; every batch is counted once in each.
+// for 120 ms is counted past 0.1 s in vigil_ingest_batch_ack_seconds and
+// vigil_ingest_batch_detect_seconds, while its store append is counted
+// too; every batch is counted once in each.
 TEST(IngestTest, BatchLatenciesCountTheWaitForDetection) {
   GateObserver gate;
   TestServer t(TestOptions(), &gate);
@@ -267,8 +268,13 @@ TEST(IngestTest, BatchLatenciesCountTheWaitForDetection) {
   const IngestMetrics& m = t.server.metrics();
   EXPECT_EQ(m.batch_apply.count(), 2u);
   EXPECT_EQ(m.batch_ack.count(), 2u);
+  EXPECT_EQ(m.batch_detect.count(), 2u);  // one shard: one part a batch
   std::string text;
   m.batch_ack.AppendText(&text, "ack", "help");
+  // Detection itself held the first part 120 ms.
+  std::string detect;
+  m.batch_detect.AppendText(&detect, "d", "help");
+  EXPECT_EQ(detect.find("d_bucket{le=\"0.1\"} 2\n"), std::string::npos) << detect;
   // Cumulative: the held batch is past 0.1 s (only the second may be
   // within it), and both within 10 s.
   const std::string within_100ms = "ack_bucket{le=\"0.1\"} ";
