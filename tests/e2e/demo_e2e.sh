@@ -90,10 +90,12 @@ grep -q "loss_nan" "$work/demo.log" || wait_for 20 grep -q "loss_nan" "$work/dem
 
 # (The demo is this script's child: once it exits it is a zombie until
 # waited for, so look at its state, not at kill -0.)
+# (/proc, not ps: procps need not be installed.)
 demo_running() {
-  local state
-  state=$(ps -o stat= -p "$demo_pid" 2>/dev/null) || return 1
-  [[ $state != Z* ]]
+  local stat
+  stat=$(cat "/proc/$demo_pid/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }  # the state follows the parenthesised command name
+  [[ $stat != Z* ]]
 }
 kill -TERM "$demo_pid"
 deadline=$((SECONDS + 30))
@@ -103,8 +105,16 @@ while demo_running; do
 done
 wait "$demo_pid" 2>/dev/null || true
 demo_pid=""
-# Every process it started is gone: nothing listens on its ports.
+# Every process it started is gone: the server, the agents, the stand-ins
+# and the actuator all name its data dir on their command lines.
 wait_for 15 bash -c "! curl -sf $base/healthz" || fail "the server outlived the demo"
-if pgrep -f -- "--data-dir $work/data/server" >/dev/null; then fail "a server process outlived the demo"; fi
-if pgrep -f -- "$work/data/tls/nodes" >/dev/null; then fail "an agent outlived the demo"; fi
+leftovers() {
+  local f
+  for f in /proc/[0-9]*/cmdline; do
+    tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "$work/data/" && echo "${f%/cmdline}"
+  done
+  return 0
+}
+no_leftovers() { [ -z "$(leftovers)" ]; }
+wait_for 10 no_leftovers || fail "processes outlived the demo: $(leftovers)"
 log "ok"
