@@ -95,9 +95,10 @@ class NodeSim {
   std::vector<double> state_;
 };
 
-// A fresh store with `nodes` x kSeriesPerNode series under /tmp.
+// A fresh store with `nodes` x kSeriesPerNode series under /tmp, its clock
+// at `t0`.
 struct Fixture {
-  explicit Fixture(int nodes, const std::string& name) {
+  Fixture(int nodes, const std::string& name, double t0 = kT0) : clock(t0), t0(t0) {
     dir = std::filesystem::temp_directory_path() / ("vigil_storage_bench_" + name);
     std::filesystem::remove_all(dir);
     RocksDbStoreOptions options;
@@ -119,15 +120,16 @@ struct Fixture {
     store.reset();
     std::filesystem::remove_all(dir);
   }
-  // Appends tick `t` (seconds after kT0) of node `n`.
+  // Appends tick `t` (seconds after t0) of node `n`.
   void Append(int n, int t) {
     sims[n].Tick(&values);
-    FrameColumns frame{.ts = kT0 + t, .ids = ids[n], .values = values};
+    FrameColumns frame{.ts = t0 + t, .ids = ids[n], .values = values};
     if (!store->Append({&frame, 1}, nullptr).ok()) std::abort();
   }
 
   std::string dir;
-  FakeClock clock{kT0};
+  FakeClock clock;
+  const double t0;
   std::unique_ptr<SeriesStore> store;
   std::vector<NodeSim> sims;
   std::vector<std::vector<SeriesId>> ids;
@@ -167,61 +169,33 @@ BENCHMARK(BM_BytesPerSample)->Arg(20)->Iterations(1)->Unit(benchmark::kSecond);
 // is folded into 1-minute rollups (min, max, sum, count, NaN count) and
 // its raw chunks dropped, as the store does every day past the 7th. What
 // the data dir holds then is the rollups (and the index, a few KB): the
-// figure behind the rollup disk of docs/SCALING.md. `append(store, t)`
-// writes second `t` of the day; `series` series take part.
+// figure behind the rollup disk of docs/SCALING.md. `f` starts at
+// kRollupDay; `append(t)` writes its second `t`; `series` take part.
+constexpr double kRollupDay = 1764028800.0;  // a UTC midnight
+constexpr int kDayTicks = 86400;
+
 template <typename AppendTick>
-void MeasureRollupDay(benchmark::State& state, const std::string& name,
-                      size_t series, AppendTick append) {
-  const double day_start = std::ceil(kT0 / 86400) * 86400;
-  constexpr int kTicks = 86400;
-  FakeClock clock(day_start);
-  const std::string dir =
-      std::filesystem::temp_directory_path() / ("vigil_storage_bench_" + name);
-  std::filesystem::remove_all(dir);
-  RocksDbStoreOptions options;
-  options.store.clock = &clock;
-  options.data_dir = dir;
-  std::unique_ptr<SeriesStore> store = std::move(*OpenRocksDbStore(options));
-  for (int t = 0; t < kTicks; ++t) append(*store, day_start + t);
-  if (!store->Flush().ok()) std::abort();
-  const StoreStats raw = store->Stats();
-  clock.Set(day_start + 9 * 86400.0);
-  if (!store->EnforceRetention().ok() || !store->Flush().ok()) std::abort();
-  const StoreStats rolled = store->Stats();
+void MeasureRollupDay(benchmark::State& state, Fixture& f, size_t series, AppendTick append) {
+  for (int t = 0; t < kDayTicks; ++t) append(t);
+  if (!f.store->Flush().ok()) std::abort();
+  const StoreStats raw = f.store->Stats();
+  f.clock.Set(kRollupDay + 9 * 86400.0);
+  if (!f.store->EnforceRetention().ok() || !f.store->Flush().ok()) std::abort();
+  const StoreStats rolled = f.store->Stats();
   state.counters["bytes_per_series_minute"] =
-      static_cast<double>(rolled.bytes_on_disk) / (static_cast<double>(series) * kTicks / 60);
+      static_cast<double>(rolled.bytes_on_disk) / (static_cast<double>(series) * kDayTicks / 60);
   state.counters["raw_bytes_per_sample"] =
       static_cast<double>(raw.bytes_on_disk) / raw.samples_appended;
   state.counters["series"] = static_cast<double>(series);
-  store.reset();
-  std::filesystem::remove_all(dir);
 }
 
 void BM_RollupBytes(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
   for (auto _ : state) {
-    std::vector<NodeSim> sims;
-    std::vector<std::vector<SeriesId>> ids;
-    std::vector<double> values;
-    MeasureRollupDay(
-        state, "rollup", static_cast<size_t>(nodes) * kSeriesPerNode,
-        [&](SeriesStore& store, double ts) {
-          if (sims.empty()) {
-            for (int n = 0; n < nodes; ++n) {
-              sims.emplace_back(n);
-              ids.emplace_back();
-              for (int s = 0; s < kSeriesPerNode; ++s)
-                ids.back().push_back(*store.Resolve(SeriesKey{
-                    .metric = "m" + std::to_string(s),
-                    .labels = {{"job", "j"}, {"node", "node" + std::to_string(n)}}}));
-            }
-          }
-          for (int n = 0; n < nodes; ++n) {
-            sims[n].Tick(&values);
-            FrameColumns frame{.ts = ts, .ids = ids[n], .values = values};
-            if (!store.Append({&frame, 1}, nullptr).ok()) std::abort();
-          }
-        });
+    Fixture f(nodes, "rollup", kRollupDay);
+    MeasureRollupDay(state, f, static_cast<size_t>(nodes) * kSeriesPerNode, [&](int t) {
+      for (int n = 0; n < nodes; ++n) f.Append(n, t);
+    });
   }
 }
 BENCHMARK(BM_RollupBytes)->Arg(2)->Iterations(1)->Unit(benchmark::kSecond);
@@ -232,40 +206,36 @@ BENCHMARK(BM_RollupBytes)->Arg(2)->Iterations(1)->Unit(benchmark::kSecond);
 void BM_RollupBytesSimulated(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
   for (auto _ : state) {
+    Fixture f(0, "rollup_sim", kRollupDay);
     std::vector<agent::Simulator> sims;
-    std::vector<std::vector<SeriesId>> ids;
+    std::vector<std::vector<SeriesId>> ids(nodes);
     size_t series = 0;
     for (int n = 0; n < nodes; ++n) {
       agent::SimulatorOptions o;
       o.node = "node" + std::to_string(n);
       o.job = "job";
       sims.push_back(*agent::Simulator::Create(o));
-      series += sims.back().series().size();
+      for (SeriesKey key : sims.back().series()) {
+        key.labels.emplace_back("job", o.job);
+        key.labels.emplace_back("node", o.node);
+        ids[n].push_back(*f.store->Resolve(key));
+      }
+      series += ids[n].size();
     }
     std::vector<SeriesId> frame_ids;
     std::vector<double> values;
-    MeasureRollupDay(state, "rollup_sim", series, [&](SeriesStore& store, double ts) {
-      if (ids.empty()) {
-        for (int n = 0; n < nodes; ++n) {
-          ids.emplace_back();
-          for (SeriesKey key : sims[n].series()) {
-            key.labels.emplace_back("job", "job");
-            key.labels.emplace_back("node", "node" + std::to_string(n));
-            ids.back().push_back(*store.Resolve(key));
-          }
-        }
-      }
+    MeasureRollupDay(state, f, series, [&](int t) {
       for (int n = 0; n < nodes; ++n) {
-        std::optional<agent::SimFrame> f = sims[n].Tick(ts);
-        if (!f) continue;
+        std::optional<agent::SimFrame> frame = sims[n].Tick(kRollupDay + t);
+        if (!frame) continue;
         frame_ids.clear();
         values.clear();
-        for (const auto& sample : f->samples) {
+        for (const auto& sample : frame->samples) {
           frame_ids.push_back(ids[n][sample.series]);
           values.push_back(sample.value);
         }
-        FrameColumns frame{.ts = f->ts, .ids = frame_ids, .values = values};
-        if (!store.Append({&frame, 1}, nullptr).ok()) std::abort();
+        FrameColumns columns{.ts = frame->ts, .ids = frame_ids, .values = values};
+        if (!f.store->Append({&columns, 1}, nullptr).ok()) std::abort();
       }
     });
   }

@@ -269,14 +269,14 @@ TEST(IngestTest, BatchLatenciesCountTheWaitForDetection) {
   EXPECT_EQ(m.batch_apply.count(), 2u);
   EXPECT_EQ(m.batch_ack.count(), 2u);
   EXPECT_EQ(m.batch_detect.count(), 2u);  // one shard: one part a batch
-  std::string text;
-  m.batch_ack.AppendText(&text, "ack", "help");
   // Detection itself held the first part 120 ms.
   std::string detect;
   m.batch_detect.AppendText(&detect, "d", "help");
   EXPECT_EQ(detect.find("d_bucket{le=\"0.1\"} 2\n"), std::string::npos) << detect;
   // Cumulative: the held batch is past 0.1 s (only the second may be
   // within it), and both within 10 s.
+  std::string text;
+  m.batch_ack.AppendText(&text, "ack", "help");
   const std::string within_100ms = "ack_bucket{le=\"0.1\"} ";
   const size_t at = text.find(within_100ms);
   ASSERT_NE(at, std::string::npos) << text;
