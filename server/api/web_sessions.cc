@@ -50,13 +50,16 @@ std::string DelegationText(int64_t expiry, Role role, std::string_view name,
                       absl::WebSafeBase64Escape(std::string(server)));
 }
 
-// A shared session record: {"name", "role", "csrf", "created"}, or
-// {"ended": true} once signed out.
-std::string SessionRecord(const Identity& who, std::string_view csrf, double created) {
+// A shared session record: {"name", "role", "csrf", "created", "token"
+// (the SHA-256 hex of the token that signed in)}, or {"ended": true} once
+// signed out.
+std::string SessionRecord(const Identity& who, std::string_view csrf, double created,
+                          std::string_view token_sha256) {
   return nlohmann::json{{"name", who.name},
                         {"role", std::string(RoleName(who.role))},
                         {"csrf", std::string(csrf)},
-                        {"created", created}}
+                        {"created", created},
+                        {"token", std::string(token_sha256)}}
       .dump();
 }
 constexpr char kEndedRecord[] = R"({"ended":true})";
@@ -150,6 +153,7 @@ absl::StatusOr<NewSession> RequestAuthorizer::SignIn(std::string_view token,
 
   const double now = clock_->Now();
   const std::string key = SessionKey(*id);
+  const std::string token_sha256 = HexEncode(Sha256(token));
   {
     std::lock_guard<std::mutex> l(mu_);
     PurgeExpired(now);
@@ -160,9 +164,10 @@ absl::StatusOr<NewSession> RequestAuthorizer::SignIn(std::string_view token,
           });
       sessions_.erase(oldest);
     }
-    sessions_[key] = Session{*who, *csrf, now, now};
+    sessions_[key] = Session{*who, *csrf, now, now, token_sha256};
   }
-  if (options_.share) options_.share(key, SessionRecord(*who, *csrf, now), options_.max_seconds);
+  if (options_.share)
+    options_.share(key, SessionRecord(*who, *csrf, now, token_sha256), options_.max_seconds);
   return NewSession{*std::move(id), *std::move(csrf), *std::move(who)};
 }
 
@@ -198,18 +203,21 @@ int RequestAuthorizer::AdoptSharedSessions(
     const auto role = r.find("role");
     const auto csrf = r.find("csrf");
     const auto created = r.find("created");
+    const auto token = r.find("token");
     std::optional<Role> parsed;
     if (role != r.end() && role->is_string()) parsed = ParseRole(role->get<std::string>());
     if (name == r.end() || !name->is_string() || name->get<std::string>().empty() ||
         !parsed.has_value() || csrf == r.end() || !csrf->is_string() ||
         !IsHex(csrf->get<std::string>(), 2 * kSecretBytes) || created == r.end() ||
-        !created->is_number()) {
+        !created->is_number() ||
+        (token != r.end() && (!token->is_string() || !IsHex(token->get<std::string>(), 64)))) {
       ++malformed;
       continue;
     }
     const double at = created->get<double>();
     shared[key] = Session{Identity{name->get<std::string>(), *parsed},
-                          csrf->get<std::string>(), at, at};
+                          csrf->get<std::string>(), at, at,
+                          token != r.end() ? token->get<std::string>() : std::string()};
   }
   std::lock_guard<std::mutex> l(mu_);
   for (const std::string& key : ended) {
@@ -284,16 +292,28 @@ absl::StatusOr<RequestIdentity> RequestAuthorizer::Authorize(
       if (!Expired(adopted, now)) it = sessions_.emplace(key, std::move(adopted)).first;
     }
   }
-  if (it == sessions_.end() || Expired(it->second, now)) {
+  // A session ends when it idles or ages out, and when the token that
+  // opened it is no longer configured (a reload revoked it); otherwise it
+  // carries the token's role as configured now.
+  std::optional<Identity> holder;
+  bool revoked = false;
+  if (it != sessions_.end() && !it->second.token_sha256.empty()) {
+    holder = auth_->Holder(it->second.token_sha256);
+    revoked = !holder.has_value();
+  }
+  if (it == sessions_.end() || Expired(it->second, now) || revoked) {
     if (it != sessions_.end()) sessions_.erase(it);
     // A page left open across a restart may still read anonymously.
     if (!Mutating(request.method)) {
       absl::StatusOr<Identity> anonymous = auth_->Authorize("", needed);
       if (anonymous.ok()) return RequestIdentity{*std::move(anonymous), "anonymous", ""};
     }
-    return absl::UnauthenticatedError("session expired or unknown: sign in again");
+    return absl::UnauthenticatedError(
+        revoked ? "the token this session signed in with is no longer configured: sign in again"
+                : "session expired or unknown: sign in again");
   }
   Session& session = it->second;
+  if (holder.has_value()) session.who = *std::move(holder);
   if (Mutating(request.method) &&
       !ConstantTimeEquals(request.csrf, session.csrf))
     return absl::PermissionDeniedError(absl::StrCat(

@@ -151,6 +151,11 @@ class RequestAuthorizer {
     std::string csrf;
     double created = 0;
     double last_used = 0;
+    // Lower-case hex SHA-256 of the token that signed in: the session
+    // ends once no configured token has it (a reload removed it), and
+    // takes the token's role as configured now. Empty in records shared
+    // by older servers (not checked).
+    std::string token_sha256;
   };
   // The identity another server signed (kOnBehalfOfHeader `header`).
   absl::StatusOr<RequestIdentity> Delegated(std::string_view header, Role needed) const;

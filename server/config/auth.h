@@ -7,12 +7,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace vigil {
 
@@ -61,10 +64,26 @@ class Authenticator {
   absl::StatusOr<Identity> Authorize(std::string_view authorization,
                                      Role needed) const;
 
+  // Who holds the token whose lower-case hex SHA-256 is `sha256_hex`, as
+  // configured now; nullopt when no token has it (any more).
+  std::optional<Identity> Holder(std::string_view sha256_hex) const;
+
+  // Takes `options` in place of the tokens and the anonymous-read setting
+  // (a config reload): every later Authorize() and Holder() sees only
+  // them. Safe while other threads authorize.
+  void Replace(AuthOptions options);
+
  private:
-  const bool anonymous_read_;
-  // sha256 hex -> token.
-  std::map<std::string, ApiToken, std::less<>> by_hash_;
+  struct Tokens {
+    bool anonymous_read = true;
+    // sha256 hex -> token.
+    std::map<std::string, ApiToken, std::less<>> by_hash;
+  };
+  static std::shared_ptr<const Tokens> MakeTokens(AuthOptions options);
+  std::shared_ptr<const Tokens> tokens() const;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Tokens> tokens_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace vigil

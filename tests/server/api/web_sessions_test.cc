@@ -136,6 +136,42 @@ TEST_F(WebSessionsTest, SessionRoleIsChecked) {
             absl::StatusCode::kPermissionDenied);
 }
 
+// A reload that removes the token a session signed in with ends the
+// session (reads fall back to anonymous, writes are refused); one that
+// changes the token's role gives the session the new role; bearer tokens
+// follow the new list at once.
+TEST_F(WebSessionsTest, ReloadedTokensApplyToOpenSessions) {
+  NewSession olga = MustSignIn(kOperatorToken);
+  NewSession vic = MustSignIn(kViewerToken);
+  AuthOptions next;
+  next.tokens = {{"vic", Role::kOperator, HexEncode(Sha256(kViewerToken))}};
+  auth_.Replace(next);
+
+  absl::Status revoked =
+      WithCookie("POST", Cookie(olga), olga.csrf, Role::kOperator).status();
+  EXPECT_EQ(revoked.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(revoked.message().find("no longer configured"), std::string::npos) << revoked;
+  EXPECT_EQ(Via(Cookie(olga)), "anonymous");
+  EXPECT_EQ(authorizer_.Authorize({"GET", std::string("Bearer ") + kOperatorToken, "", ""},
+                                  Role::kViewer)
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+
+  absl::StatusOr<RequestIdentity> promoted =
+      WithCookie("POST", Cookie(vic), vic.csrf, Role::kOperator);
+  ASSERT_TRUE(promoted.ok()) << promoted.status();
+  EXPECT_EQ(promoted->who.name, "vic");
+  EXPECT_EQ(promoted->who.role, Role::kOperator);
+
+  next.anonymous_read = false;
+  auth_.Replace(next);
+  EXPECT_EQ(authorizer_.Authorize({"GET", "", "", ""}, Role::kViewer).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(auth_.Holder(HexEncode(Sha256(kViewerToken)))->role, Role::kOperator);
+  EXPECT_FALSE(auth_.Holder(HexEncode(Sha256(kOperatorToken))).has_value());
+}
+
 TEST_F(WebSessionsTest, AnonymousReadsWhenAllowed) {
   absl::StatusOr<RequestIdentity> who =
       authorizer_.Authorize({"GET", "", "", ""}, Role::kViewer);
@@ -468,8 +504,28 @@ TEST_F(SharedSessionsTest, MalformedRecordsAreSkipped) {
   records.push_back({key, "not json"});
   records.push_back({key, R"({"name":"eve","role":"root","csrf":"00","created":1})"});
   records.push_back({key, R"({"name":"","role":"admin","csrf":"00","created":1})"});
-  EXPECT_EQ(b_.AdoptSharedSessions(records), 4);
+  records.push_back(
+      {key, R"({"name":"eve","role":"admin","csrf":")" + std::string(64, '0') +
+                R"(","created":1,"token":"not-a-hash"})"});
+  EXPECT_EQ(b_.AdoptSharedSessions(records), 5);
   EXPECT_TRUE(b_.Authorize({"GET", "", Cookie(*s), ""}, Role::kViewer).ok());
+}
+
+// The shared record names the token that signed in, so a session adopted
+// by another server ends there too once a reload removed the token.
+TEST_F(SharedSessionsTest, AReloadThatRemovesTheTokenEndsTheSessionOnEveryServer) {
+  absl::StatusOr<NewSession> s = a_.SignIn(kOperatorToken);
+  ASSERT_TRUE(s.ok());
+  EXPECT_NE(store_.begin()->second.find(HexEncode(Sha256(kOperatorToken))), std::string::npos);
+  Sync();
+  ASSERT_TRUE(b_.Authorize({"POST", "", Cookie(*s), s->csrf}, Role::kOperator).ok());
+  AuthOptions next = TwoTokens(/*anonymous_read=*/false);
+  next.tokens.pop_back();  // olga's
+  auth_.Replace(next);
+  EXPECT_EQ(b_.Authorize({"POST", "", Cookie(*s), s->csrf}, Role::kOperator).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(a_.Authorize({"GET", "", Cookie(*s), ""}, Role::kViewer).status().code(),
+            absl::StatusCode::kUnauthenticated);
 }
 
 }  // namespace
