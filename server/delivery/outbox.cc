@@ -409,7 +409,10 @@ struct Outbox::Impl {
   };
 
   Impl(OutboxOptions options, Listener listener)
-      : options(std::move(options)), listener(std::move(listener)) {}
+      : options(std::move(options)),
+        listener(std::move(listener)),
+        rate_per_minute(this->options.rate_per_minute),
+        signing_secrets(this->options.signing_secrets) {}
 
   absl::Status ValidateOptions() const;
   // Rebuilds every item from the stored stream.
@@ -504,6 +507,10 @@ struct Outbox::Impl {
   // Stored events before this time are deleted (DeleteForgotten).
   double deleted_before ABSL_GUARDED_BY(mu) = -kInf;
   Counters totals ABSL_GUARDED_BY(mu);  // all but `pending`, `unstored`
+  // The receivers' limits and secrets as configured now (from options,
+  // then SetReceiverLimits).
+  std::map<std::string, int> rate_per_minute ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::string> signing_secrets ABSL_GUARDED_BY(mu);
   std::thread maintenance;
 };
 
@@ -751,8 +758,8 @@ void Outbox::Impl::Forget(Entry* entry) {
 
 bool Outbox::Impl::TakeToken(const std::string& receiver, Lane& lane,
                              double now, double* ready_ts) {
-  auto rate_it = options.rate_per_minute.find(receiver);
-  if (rate_it == options.rate_per_minute.end() || rate_it->second <= 0)
+  auto rate_it = rate_per_minute.find(receiver);
+  if (rate_it == rate_per_minute.end() || rate_it->second <= 0)
     return true;
   const double capacity = rate_it->second;
   const double per_second = capacity / 60;
@@ -859,9 +866,13 @@ Outbox::Impl::Outcome Outbox::Impl::SendNext(const Entry& entry, bool stored) {
     OutboundRequest request = (*rendered)[entry.cursor.request];
     AddIdempotencyKey(entry.item.key, entry.cursor.request, request_count,
                       &request);
-    auto secret = options.signing_secrets.find(route.receiver);
-    if (secret != options.signing_secrets.end())
-      request = Signed(request, secret->second, options.clock->Now());
+    std::optional<std::string> secret;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      auto it = signing_secrets.find(route.receiver);
+      if (it != signing_secrets.end()) secret = it->second;
+    }
+    if (secret.has_value()) request = Signed(request, *secret, options.clock->Now());
     if (std::string error = CatchAll([&] {
           result =
               options.transport->Send(request, options.request_timeout_seconds);
@@ -1209,6 +1220,16 @@ std::vector<DeliveryStatus> Outbox::List(std::string_view incident_id,
        ++it)
     out.push_back(it->second->status);
   return out;
+}
+
+void Outbox::SetReceiverLimits(std::map<std::string, int> rate_per_minute,
+                               std::map<std::string, std::string> signing_secrets) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->rate_per_minute = std::move(rate_per_minute);
+  impl_->signing_secrets = std::move(signing_secrets);
+  // A sender waiting for a token of a receiver whose limit rose or went
+  // looks again.
+  for (auto& [receiver, lane] : impl_->lanes) lane->cv.notify_all();
 }
 
 Outbox::Counters Outbox::counters() const {

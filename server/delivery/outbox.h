@@ -256,6 +256,12 @@ class Outbox {
   // persisted; the next Outbox sends them.
   absl::Status Enqueue(OutboxItem item);
 
+  // Replaces OutboxOptions::rate_per_minute and signing_secrets (a config
+  // reload): sends from then on follow the new ones (a token bucket keeps
+  // its tokens, capped at the new rate). Thread-safe.
+  void SetReceiverLimits(std::map<std::string, int> rate_per_minute,
+                         std::map<std::string, std::string> signing_secrets);
+
   // Items of `incident_id` (all when empty), newest first, at most `limit`.
   std::vector<DeliveryStatus> List(std::string_view incident_id,
                                    size_t limit) const;

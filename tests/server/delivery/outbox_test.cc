@@ -577,6 +577,35 @@ TEST_F(OutboxTest, RateLimitDelaysThirdItemUntilATokenRefills) {
             (std::vector<std::string>{"k1", "k2", "k3"}));
 }
 
+// A config reload replaces the receivers' limits and secrets: an item held
+// back by a rate that was lifted goes at once, and the next attempt is
+// signed with the new secret.
+TEST_F(OutboxTest, ReloadedLimitsAndSecretsApplyToWaitingItems) {
+  OutboxOptions options = Options();
+  options.rate_per_minute = {{"hook", 1}};
+  options.signing_secrets = {{"hook", "old"}};
+  auto outbox = Start(options);
+  ASSERT_TRUE(outbox->Enqueue(Item("k1", {"hook"})).ok());
+  ASSERT_TRUE(outbox->Enqueue(Item("k2", {"hook"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "k1", "delivered"); }));
+  Barrier(*outbox);
+  EXPECT_TRUE(IsState(*outbox, "k2", "pending"));  // its token is 60 s away
+
+  outbox->SetReceiverLimits({}, {{"hook", "new"}});
+  ASSERT_TRUE(WaitFor([&] { return IsState(*outbox, "k2", "delivered"); }));
+  const std::vector<OutboundRequest> sent = receiver_.Sent(Url("hook"));
+  ASSERT_EQ(sent.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    std::map<std::string, std::string> headers;
+    for (const auto& [name, value] : sent[i].headers)
+      headers[absl::AsciiStrToLower(name)] += value;
+    EXPECT_TRUE(VerifyWebhook(i == 0 ? "old" : "new", headers["x-vigil-timestamp"],
+                              headers["x-vigil-signature"], sent[i].body, clock_.Now(), 1)
+                    .ok())
+        << i;
+  }
+}
+
 TEST_F(OutboxTest, DuplicateKeyIsRejectedWithoutChanges) {
   auto outbox = Start();
   ASSERT_TRUE(outbox->Enqueue(Item("k1", {"hook"})).ok());
