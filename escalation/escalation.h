@@ -249,6 +249,15 @@ class Escalator {
 
   explicit Escalator(EscalationConfig config);
 
+  // Takes `config` in place of the one it was built with (a config
+  // reload), at `now`. Incidents keep where they stand: pages already sent,
+  // acknowledgements, silences. A run past the last step of a policy that
+  // now has fewer steps pages that last step's rounds afresh; a firing, unacknowledged incident
+  // whose policy had no steps (recorded only) starts the new policy from
+  // step 0, paging at the next Tick(); one whose policy now has none stops
+  // escalating. Schedules and users named by later pages are the new ones.
+  void Reconfigure(EscalationConfig config, double now);
+
   // An engine update: kOpened/kReopened start the policy of the incident's
   // severity from step 0 (unless silenced); kSeverityRaised to a more
   // severe policy starts that policy again from step 0; kResolved stops
@@ -430,6 +439,11 @@ class SharedBreaker {
 class ActionGate {
  public:
   explicit ActionGate(InterlockConfig config);
+
+  // Takes `config` in place of the one it was built with (a config
+  // reload); what was counted in the window, cordoned nodes and a tripped
+  // breaker stay.
+  void Reconfigure(InterlockConfig config) { config_ = std::move(config); }
 
   // Decides `request` at `now`. `job_nodes` is how many nodes the job has
   // (for the share of a job's nodes); `approved` is true when a human

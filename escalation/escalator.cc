@@ -109,6 +109,25 @@ std::string_view PageEventName(PageEvent event) {
 
 Escalator::Escalator(EscalationConfig config) : config_(std::move(config)) {}
 
+void Escalator::Reconfigure(EscalationConfig config, double now) {
+  now = Clamp(now);
+  config_ = std::move(config);
+  for (auto& [id, t] : incidents_) {
+    if (t.resolved) continue;
+    const std::vector<EscalationStep>& steps = PolicyOf(t).steps;
+    if (steps.empty()) {
+      t.escalating = false;
+    } else if (t.escalating && static_cast<size_t>(t.step) >= steps.size()) {
+      t.step = static_cast<int>(steps.size()) - 1;
+      t.attempt = 0;
+    } else if (!t.escalating && !t.exhausted) {
+      // Its policy had no steps: start the new one (MayPage still holds
+      // back an acknowledged or silenced incident).
+      Restart(t, now);
+    }
+  }
+}
+
 double Escalator::Clamp(double now) const { return std::max(now, now_); }
 
 const EscalationPolicy& Escalator::PolicyOf(const Tracked& t) const {

@@ -384,7 +384,7 @@ absl::StatusOr<Json> EscalationService::RequestAction(const Json& body,
                    {"approved_by", who.name}};
     result = Decide(std::move(record), /*approved=*/true, options_.clock->Now());
   }
-  AddAudit(who, "request_action", action, body.dump(), result.status());
+  RecordAudit(who, "request_action", action, body.dump(), result.status());
   return result;
 }
 
@@ -407,7 +407,7 @@ absl::StatusOr<Json> EscalationService::ApproveAction(std::string_view id,
       QueueApprovalOperation(*result, "approve", who.name);
     }
   }
-  AddAudit(who, "approve_action", id, "", result.status());
+  RecordAudit(who, "approve_action", id, "", result.status());
   return result;
 }
 
@@ -483,7 +483,8 @@ void EscalationService::TakeOverActions() {
 
 Json EscalationService::Remediation() const {
   std::lock_guard<std::mutex> l(mu_);
-  const InterlockConfig& c = options_.escalation.interlocks;
+  const std::shared_ptr<const Settings> settings = this->settings();
+  const InterlockConfig& c = settings->escalation.interlocks;
   std::vector<std::string> approval;
   for (Severity s : c.approval_severities) approval.emplace_back(SeverityName(s));
   return {{"tripped", gate_.tripped()},
@@ -513,7 +514,7 @@ Json EscalationService::ResetRemediation(const Identity& who) {
                    std::string(s.message()).c_str());
   }
   ResolveHaltIncident(halt);
-  AddAudit(who, "reset_remediation", halt, "", absl::OkStatus());
+  RecordAudit(who, "reset_remediation", halt, "", absl::OkStatus());
   return Remediation();
 }
 

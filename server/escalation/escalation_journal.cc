@@ -37,7 +37,7 @@ void EscalationService::AddTimeline(std::string_view id, Json event) {
                                {"ts", ts}});
 }
 
-void EscalationService::AddAudit(const Identity& who, std::string_view action,
+void EscalationService::RecordAudit(const Identity& who, std::string_view action,
                                  std::string_view target, std::string_view detail,
                                  const absl::Status& result) {
   Json entry = {{"ts", options_.clock->Now()},

@@ -34,10 +34,24 @@ constexpr char kStateKey[] = "escalation";
 // down for less still learns it ended; then etcd drops the entry.
 constexpr double kSilenceEntryAfterEndSeconds = 24 * 3600;
 
+// The receivers' send rates and webhook signing secrets (OutboxOptions).
+void ReceiverLimits(const NotificationOptions& notifications,
+                    std::map<std::string, int>* rate_per_minute,
+                    std::map<std::string, std::string>* signing_secrets) {
+  for (const ReceiverConfig& r : notifications.receivers) {
+    if (int rate = EffectiveRatePerMinute(r); rate > 0) (*rate_per_minute)[r.name] = rate;
+    if (r.type == "webhook" && r.settings.contains("secret") &&
+        r.settings["secret"].is_string())
+      (*signing_secrets)[r.name] = r.settings["secret"].get<std::string>();
+  }
+}
+
 }  // namespace
 
 EscalationService::EscalationService(EscalationServiceOptions options)
     : options_(std::move(options)),
+      settings_(std::make_shared<const Settings>(
+          Settings{options_.escalation, options_.notifications})),
       escalator_(options_.escalation),
       gate_(options_.escalation.interlocks) {
   OutboxOptions o;
@@ -51,18 +65,13 @@ EscalationService::EscalationService(EscalationServiceOptions options)
   // outboxes store no credentials.
   o.render = [this](const std::string& receiver, const Json& payload,
                     double now) {
-    return RenderPage(options_.notifications, receiver, payload, now);
+    return RenderPage(settings()->notifications, receiver, payload, now);
   };
   actions.render = [this](const std::string& receiver, const Json& payload,
                           double) {
     return RenderAction(options_.actuator, receiver, payload);
   };
-  for (const ReceiverConfig& r : options_.notifications.receivers) {
-    if (int rate = EffectiveRatePerMinute(r); rate > 0) o.rate_per_minute[r.name] = rate;
-    if (r.type == "webhook" && r.settings.contains("secret") &&
-        r.settings["secret"].is_string())
-      o.signing_secrets[r.name] = r.settings["secret"].get<std::string>();
-  }
+  ReceiverLimits(options_.notifications, &o.rate_per_minute, &o.signing_secrets);
   outbox_ = std::make_unique<Outbox>(
       std::move(o), [this](const DeliveryStatus& s) { OnDelivery(s); });
   // The actuator answers once the action is done, which for a checkpoint
@@ -76,6 +85,28 @@ EscalationService::EscalationService(EscalationServiceOptions options)
 }
 
 EscalationService::~EscalationService() { Stop(); }
+
+std::shared_ptr<const EscalationService::Settings> EscalationService::settings() const {
+  absl::MutexLock l(&settings_mu_);
+  return settings_;
+}
+
+void EscalationService::Reconfigure(EscalationConfig escalation,
+                                    NotificationOptions notifications) {
+  std::map<std::string, int> rates;
+  std::map<std::string, std::string> secrets;
+  ReceiverLimits(notifications, &rates, &secrets);
+  auto next = std::make_shared<const Settings>(Settings{escalation, std::move(notifications)});
+  std::lock_guard<std::mutex> l(mu_);
+  {
+    absl::MutexLock s(&settings_mu_);
+    settings_.swap(next);
+  }
+  outbox_->SetReceiverLimits(std::move(rates), std::move(secrets));
+  gate_.Reconfigure(escalation.interlocks);
+  escalator_.Reconfigure(std::move(escalation), options_.clock->Now());
+  dirty_ = true;
+}
 
 absl::Status EscalationService::Start() {
   if (started_) return absl::FailedPreconditionError("already started");
@@ -231,8 +262,9 @@ void EscalationService::EnqueuePage(const Page& asked) {
   if (incident_it == incidents_.end())
     return timeline("page_skipped", "incident unknown to escalation");
   const Incident& incident = incident_it->second;
-  auto route_it = options_.notifications.channels.find(page.channel);
-  if (route_it == options_.notifications.channels.end() ||
+  const std::shared_ptr<const Settings> settings = this->settings();
+  auto route_it = settings->notifications.channels.find(page.channel);
+  if (route_it == settings->notifications.channels.end() ||
       route_it->second.receivers.empty())
     return timeline("page_skipped",
                     absl::StrCat("no receiver configured for channel ", page.channel));
@@ -249,7 +281,7 @@ void EscalationService::EnqueuePage(const Page& asked) {
   notice.summary = incident.summary;
   notice.hint = incident.hint;
   notice.incident_ts = incident.ts;
-  notice.url = absl::StrCat(options_.notifications.public_url, "/#/incidents/",
+  notice.url = absl::StrCat(settings->notifications.public_url, "/#/incidents/",
                             incident.id);
   if (absl::StatusOr<Json> status = escalator_.StatusOf(incident.id); status.ok()) {
     notice.state = status->value("lifecycle", "firing");
@@ -258,7 +290,7 @@ void EscalationService::EnqueuePage(const Page& asked) {
   for (const std::string& name : page.users) {
     Recipient r;
     r.name = name;
-    for (const User& u : options_.escalation.users) {
+    for (const User& u : settings->escalation.users) {
       if (u.name == name) r = {u.name, u.phone, u.email, u.im};
     }
     notice.recipients.push_back(std::move(r));
@@ -270,7 +302,7 @@ void EscalationService::EnqueuePage(const Page& asked) {
   std::vector<OutboxItem> items;
   for (const std::string& receiver_name : route.receivers) {
     const ReceiverConfig* receiver = nullptr;
-    for (const ReceiverConfig& r : options_.notifications.receivers) {
+    for (const ReceiverConfig& r : settings->notifications.receivers) {
       if (r.name == receiver_name) receiver = &r;
     }
     if (receiver == nullptr) continue;  // the config loader rejects this
@@ -449,7 +481,7 @@ absl::StatusOr<Json> EscalationService::Operate(std::string_view verb,
       status = out.status();
     }
   }
-  AddAudit(who, verb, id, comment, status.status());
+  RecordAudit(who, verb, id, comment, status.status());
   if (!incident_key.empty() && options_.pair->share_operation != nullptr) {
     options_.pair->share_operation(incident_key, Json{{"verb", std::string(verb)},
                                                       {"who", who.name},
@@ -545,7 +577,7 @@ absl::StatusOr<Json> EscalationService::AddSilence(const Json& body,
       result = silence.status();
     }
   }
-  AddAudit(who, "silence", id, body.dump(), result.status());
+  RecordAudit(who, "silence", id, body.dump(), result.status());
   return result;
 }
 
@@ -574,7 +606,7 @@ absl::StatusOr<Json> EscalationService::ExpireSilence(std::string_view id,
       result = out.status();
     }
   }
-  AddAudit(who, "expire_silence", id, "", result.status());
+  RecordAudit(who, "expire_silence", id, "", result.status());
   return result;
 }
 
@@ -589,7 +621,7 @@ Json EscalationService::ListSilences() const {
 Json EscalationService::OnCall() const {
   const double now = options_.clock->Now();
   Json list = Json::array();
-  for (const Schedule& s : options_.escalation.schedules) {
+  for (const Schedule& s : settings()->escalation.schedules) {
     absl::StatusOr<std::string> user = OnCallAt(s, now);
     list.push_back({{"name", s.name}, {"user", user.ok() ? Json(*user) : Json(nullptr)}});
   }

@@ -37,6 +37,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "escalation/escalation.h"
 #include "nlohmann/json.hpp"
@@ -247,6 +248,21 @@ class EscalationService : public IncidentListener {
   // Counters for /metrics.
   Outbox::Counters outbox_counters() const;
 
+  // A config reload: `escalation` (users, schedules, policies, interlocks)
+  // and `notifications` (receivers, channels, public_url) take the place
+  // of options' at once. Incidents keep where they stand and page by the
+  // new policies, schedules and routes from their next page on
+  // (Escalator::Reconfigure); queued pages are rendered for their
+  // receiver as configured when they are sent (a removed receiver fails
+  // over to the item's next route). The outbox's retry limits
+  // (retry_base_seconds, retry_max_seconds) stay as they started.
+  void Reconfigure(EscalationConfig escalation, NotificationOptions notifications);
+
+  // Adds an entry to the audit log (Audit), as the operator calls do: what
+  // `who` did (`action` on `target`, `detail`) and how it ended.
+  void RecordAudit(const Identity& who, std::string_view action, std::string_view target,
+                   std::string_view detail, const absl::Status& result);
+
   // Cluster mode: this server now leads its pair (`leading`) or not. On
   // becoming the leader, the held pages the pair's old leader did not
   // deliver are queued (if the marks cannot be read, all are: receivers
@@ -297,9 +313,6 @@ class EscalationService : public IncidentListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveAction(const nlohmann::json& action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddTimeline(std::string_view id, nlohmann::json event);
-  void AddAudit(const Identity& who, std::string_view action,
-                std::string_view target, std::string_view detail,
-                const absl::Status& result);
   void OnDelivery(const DeliveryStatus& status);
   absl::Status SaveState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoadState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -327,7 +340,17 @@ class EscalationService : public IncidentListener {
                                          std::string_view comment,
                                          bool shared_in = false);
 
+  // What a reload may change (Reconfigure); copied out under settings_mu_
+  // (a leaf lock: nothing else is taken while it is held).
+  struct Settings {
+    EscalationConfig escalation;
+    NotificationOptions notifications;
+  };
+  std::shared_ptr<const Settings> settings() const;
+
   const EscalationServiceOptions options_;
+  mutable absl::Mutex settings_mu_;
+  std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(settings_mu_);
   // Pages, and action webhooks (slow: a checkpoint may take minutes).
   std::unique_ptr<Outbox> outbox_;
   std::unique_ptr<Outbox> action_outbox_;

@@ -106,7 +106,7 @@ void EscalationService::ApplyFleetState(
   }
   if (!reset_by.empty()) {
     ResolveHaltIncident(halt_to_resolve);
-    AddAudit(Identity{reset_by, Role::kAdmin}, "reset_remediation", halt_to_resolve,
+    RecordAudit(Identity{reset_by, Role::kAdmin}, "reset_remediation", halt_to_resolve,
              "reset on another server of the fleet", absl::OkStatus());
   }
 }

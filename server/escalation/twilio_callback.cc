@@ -15,8 +15,9 @@ using Json = nlohmann::json;
 absl::StatusOr<std::string> EscalationService::TwilioCallback(
     std::string_view query, const std::multimap<std::string, std::string>& form,
     std::string_view signature) {
+  const std::shared_ptr<const Settings> settings = this->settings();
   const ReceiverConfig* voice = nullptr;
-  for (const ReceiverConfig& r : options_.notifications.receivers) {
+  for (const ReceiverConfig& r : settings->notifications.receivers) {
     if (r.type == "twilio_voice") voice = &r;
   }
   if (voice == nullptr)

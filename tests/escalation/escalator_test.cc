@@ -297,6 +297,39 @@ TEST(EscalatorTargetsTest, SchedulesResolveWhenEachPageGoesOut) {
                   "+700 resolved inc-1/4/email/carol"));
 }
 
+// A reload mid-escalation: the next page goes to whoever the new schedule
+// puts on call; an incident of a policy that had no steps starts the new
+// one; a run past the last step of a shorter policy pages that step again.
+TEST_F(EscalatorTest, ReconfigureAppliesToIncidentsAlreadyEscalating) {
+  const Incident p3 = MakeIncident("inc-3", Severity::kP3);
+  Open(p0_, kT0);
+  EXPECT_THAT(Pages(Open(p3, kT0)), IsEmpty());
+  EscalationConfig next = Config();
+  next.schedules[0].overrides = {ScheduleOverride{"dave", kT0 + 100, kT0 + kDay}};
+  next.policies[static_cast<int>(Severity::kP3)].steps = {
+      EscalationStep{{"user:bob"}, {"email"}, 3600, 1}};
+  esc_.Reconfigure(next, kT0 + 100);
+  EXPECT_THAT(Pages(esc_.Tick(kT0 + 300)),
+              ElementsAre("+100 trigger inc-3/1/email/bob",
+                          "+300 repage inc-1/2/phone/dave", "+300 repage inc-1/2/sms/dave",
+                          "+300 repage inc-1/2/im [dave]"));
+  EXPECT_THAT(Pages(esc_.Tick(kT0 + 600)),
+              ElementsAre("+600 escalate inc-1/3/phone/dave", "+600 escalate inc-1/3/phone/carol",
+                          "+600 escalate inc-1/3/sms/dave", "+600 escalate inc-1/3/sms/carol",
+                          "+600 escalate inc-1/3/im [dave, carol]"));
+
+  next.policies[static_cast<int>(Severity::kP0)].steps = {
+      EscalationStep{{"user:alice"}, {"im"}, 60, 1}};
+  next.policies[static_cast<int>(Severity::kP3)].steps.clear();
+  esc_.Reconfigure(next, kT0 + 650);
+  // Its run was due again at +1200 (step 1 waits 10 min).
+  const EscalationOutput out = esc_.Tick(kT0 + 1300);
+  EXPECT_THAT(Pages(out), ElementsAre("+1200 trigger inc-1/4/im [alice]"));
+  EXPECT_THAT(Events(out), ElementsAre("+1260 escalation_exhausted"));
+  EXPECT_FALSE(esc_.StatusOf("inc-3")->contains("next_page_at"))
+      << "a policy without steps pages no more";
+}
+
 TEST_F(EscalatorTest, AcknowledgeStopsRepagingAndTellsWhoWasPaged) {
   Open(p0_, kT0);
   absl::StatusOr<EscalationOutput> ack =

@@ -326,6 +326,30 @@ TEST_F(EscalationServiceTest, P0PagesPhoneSmsImAtOnceAndAckStopsRepaging) {
   EXPECT_EQ(audit[1]["result"], "ok");
 }
 
+// A config reload mid-incident: the re-page goes to whoever the new
+// schedule names, on the receiver the new route names, and /oncall says
+// so; the old receiver hears nothing more.
+TEST_F(EscalationServiceTest, AReloadReroutesTheNextPagesOfAnOpenIncident) {
+  const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1", {});
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("slack.test").size() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return Calls() == 1; }));
+
+  EscalationConfig escalation = TestEscalation();
+  escalation.schedules[0].layers[0].users = {"bob"};
+  NotificationOptions notifications = TestNotifications();
+  notifications.receivers.push_back({"chat", "slack", {{"url", "http://chat.test/hook"}}, 0});
+  notifications.channels["im"] = {{"chat"}, false};
+  service_->Reconfigure(escalation, notifications);
+  EXPECT_EQ(service_->OnCall()["schedules"][0]["user"], "bob");
+
+  clock_.Advance(301);
+  ASSERT_TRUE(Eventually([&] { return Calls() == 2; })) << Json(service_->Timeline(id)).dump(1);
+  EXPECT_TRUE(absl::StrContains(transport_.Matching("Calls.json")[1].body, "To=%2B15550002"))
+      << "the re-page calls bob";
+  ASSERT_TRUE(Eventually([&] { return transport_.Matching("chat.test").size() == 1; }));
+  EXPECT_EQ(transport_.Matching("slack.test").size(), 1u);
+}
+
 // In a pair (docs/SCALING.md) the standby escalates alike but holds its
 // pages; when it comes to lead it sends those the old leader did not
 // deliver, under keys both members derive alike. The leader marks what it
