@@ -203,6 +203,8 @@ const std::vector<CommandSpec>& Commands() {
        .summary = "Show the remediation circuit breaker and dry-run mode."},
       {.name = "remediation reset",
        .summary = "Close the tripped circuit breaker (admin)."},
+      {.name = "reload",
+       .summary = "Make the server read its config file again (admin)."},
       {.name = "audit",
        .synopsis = "[--limit N]",
        .summary = "Show the audit log, newest first.",

@@ -280,6 +280,26 @@ std::string Action(const Json& action) {
   return text;
 }
 
+// What a config reload changed (POST /-/reload).
+std::string Reloaded(const Json& body) {
+  auto keys = [&body](const char* name) {
+    std::vector<std::string> out;
+    if (const auto it = body.find(name); it != body.end() && it->is_array())
+      for (const Json& key : *it)
+        if (key.is_string()) out.push_back(key.get<std::string>());
+    return out;
+  };
+  const std::vector<std::string> applied = keys("applied");
+  const std::vector<std::string> waiting = keys("restart_required");
+  std::string text = absl::StrCat(
+      "config reloaded; in force now: ", applied.empty() ? "no change" : absl::StrJoin(applied, ", "),
+      "\n");
+  if (!waiting.empty())
+    absl::StrAppend(&text, "changed, in force after a restart: ", absl::StrJoin(waiting, ", "),
+                    "\n");
+  return text;
+}
+
 std::string Remediation(const Json& body, double now) {
   std::string text = KeyValues(body, now);
   if (body.is_object() && body.value("tripped", false)) {
@@ -342,6 +362,7 @@ std::string FormatResponse(const Invocation& invocation, const Json& body,
   if (command == "remediation reset") {
     return absl::StrCat("circuit breaker reset\n", KeyValues(body, now));
   }
+  if (command == "reload") return Reloaded(body);
   if (command == "audit") return Audit(body, now);
   if (command == "oncall") return OnCall(body);
   if (command == "whoami") {

@@ -131,6 +131,7 @@ absl::StatusOr<HttpRequest> BuildRequest(const Invocation& invocation,
   if (command == "remediation reset") {
     return post(absl::StrCat(kApi, "/remediation/reset"), "{}");
   }
+  if (command == "reload") return post("/-/reload", "{}");
   if (command == "audit") {
     return get(absl::StrCat(kApi, "/audit", Query(invocation, {"limit"})));
   }

@@ -12,7 +12,7 @@ _vigilctl() {
   local global_flags="--server --token --token-file --ca-cert --json --help --version"
   # Global flags with a value; every command flag takes one too.
   local global_valued="--server --token --token-file --ca-cert"
-  local commands="incidents incident ack unack resolve silences silence deliveries actions action approve remediation audit oncall whoami hash-token gen-token"
+  local commands="incidents incident ack unack resolve silences silence deliveries actions action approve remediation reload audit oncall whoami hash-token gen-token"
   local -A subcommands=(
     [silence]="add expire"
     [action]="run"

@@ -63,6 +63,7 @@ INSTANTIATE_TEST_SUITE_P(
         GoodCase{{"approve", "act-1"}, "approve", {"act-1"}},
         GoodCase{{"remediation"}, "remediation", {}},
         GoodCase{{"remediation", "reset"}, "remediation reset", {}},
+        GoodCase{{"reload"}, "reload", {}},
         GoodCase{{"audit", "--limit", "20"}, "audit", {}},
         GoodCase{{"oncall"}, "oncall", {}}, GoodCase{{"whoami"}, "whoami", {}},
         GoodCase{

@@ -160,6 +160,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "POST",
                     "/api/v1/remediation/reset",
                     "{}"},
+        RequestCase{{"reload"}, "POST", "/-/reload", "{}"},
         RequestCase{{"audit", "--limit", "20"},
                     "GET",
                     "/api/v1/audit?limit=20",
