@@ -43,7 +43,12 @@ says what it means, and the binaries refuse to print this reference when a
 key they accept is undocumented. Every key is optional unless its default
 says *required*; unknown keys are errors, and every error in a file is
 reported at once, each with its key path. Flags override the file (the flag
-is named in the meaning; docs/CLI.md).
+is named in the meaning; docs/CLI.md). `vigil-server --check-config` checks
+a file without starting; a running server reads its file again on SIGHUP or
+`POST /-/reload` and applies `auth`, `escalation`, `notifications.receivers`
+and `notifications.channels` at once, the rest at its next start
+(server/config/reload.h; README, "Checking and changing the config of a
+running server"). The agent reads its file at start only.
 
 - **Key**: `a.b` is key `b` of the object `a`; `[]` stands for any element
   of an array (`auth.tokens[].role`), `<name>` for an entry of an object

@@ -1,4 +1,5 @@
-// vigil-server: flags -> options -> start -> wait for SIGINT/SIGTERM -> stop.
+// vigil-server: flags -> options -> start -> wait for SIGINT/SIGTERM -> stop;
+// SIGHUP reloads the config (VigilServer::Reload).
 //
 //   vigil-server --data-dir DIR --grpc-listen HOST:PORT --http-listen HOST:PORT
 //                [--config FILE] [--memory] [--web-dir DIR] [--rules FILE]
@@ -12,7 +13,8 @@
 // section) unless --grpc-insecure or "grpc_insecure" asks for plaintext;
 // with neither, the server refuses to start. Port 0 picks a free port; the
 // bound addresses are printed on stdout. A bad config or rule file is
-// reported (every error, with its position) and the server exits non-zero.
+// reported (every error, with its position) and the server exits non-zero;
+// --check-config checks it and exits.
 #include <malloc.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
 #include "server/config/config.h"
+#include "server/config/reload.h"
 #include "server/server.h"
 
 // Each flag overrides its config key only when given.
@@ -36,6 +39,10 @@ ABSL_FLAG(std::string, config, "",
 ABSL_FLAG(bool, config_reference, false,
           "print every key of the JSON config (type, default, range, meaning) as JSON and "
           "exit; docs/CONFIG.md is made from it");
+ABSL_FLAG(bool, check_config, false,
+          "check the config (and the flags over it) and exit: it parses and validates, every "
+          "file it names can be read, the rules file parses; exit 0 when so, 1 with every "
+          "problem listed");
 ABSL_FLAG(std::string, data_dir, "", "DIR: directory of the store (required unless --memory)");
 ABSL_FLAG(std::string, grpc_listen, vigil::ServerOptions().grpc_listen,
           "HOST:PORT: where agents stream frames (gRPC); port 0 picks a free port");
@@ -70,13 +77,45 @@ vigil::flags::Program ServerProgram() {
                "grpc_tls section) unless --grpc-insecure or \"grpc_insecure\" asks for plaintext;\n"
                "with neither, the server refuses to start. The bound addresses are printed on\n"
                "stdout.",
-      .notes = "exit codes: 0 stopped by SIGINT or SIGTERM; 1 cannot start (a bad rule file, an\n"
-               "address in use, ...) or the flush on stop failed; 2 bad flags or a bad config\n"
-               "(every error printed, with its position)",
+      .notes = "SIGHUP (or POST /-/reload, admin role) reads the config file again: API tokens,\n"
+               "escalation and notification receivers and channels change at once; what else\n"
+               "changed is listed and waits for a restart; a config with an error changes\n"
+               "nothing (README, \"Checking and changing the config of a running server\").\n"
+               "exit codes: 0 stopped by SIGINT or SIGTERM, or --check-config found no problem;\n"
+               "1 cannot start (a bad rule file, an address in use, ...), the flush on stop\n"
+               "failed, or --check-config found problems; 2 bad flags or a bad config (every\n"
+               "error printed, with its position)",
       .flags_file = __FILE__,
       .groups = {{"cluster mode (docs/SCALING.md; the config's \"cluster\" section)",
                   {"etcd", "shard", "replica", "advertise-grpc", "advertise-http"}}},
   };
+}
+
+// Sets what the flags given on the command line say, over the config file.
+void ApplyFlags(const vigil::flags::Parsed& flags, vigil::ServerOptions* options) {
+  if (flags.Given("data-dir")) options->data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (flags.Given("grpc-listen")) options->grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
+  if (flags.Given("http-listen")) options->http_listen = absl::GetFlag(FLAGS_http_listen);
+  if (flags.Given("web-dir")) options->web_dir = absl::GetFlag(FLAGS_web_dir);
+  if (absl::GetFlag(FLAGS_memory)) options->memory = true;
+  if (flags.Given("rules")) options->rules_file = absl::GetFlag(FLAGS_rules);
+  if (absl::GetFlag(FLAGS_no_detect)) options->detection_enabled = false;
+  if (absl::GetFlag(FLAGS_grpc_insecure)) {
+    options->grpc_insecure = true;
+    options->grpc_tls.reset();
+  }
+  if (flags.Given("etcd") || flags.Given("shard") || flags.Given("replica") ||
+      flags.Given("advertise-grpc") || flags.Given("advertise-http")) {
+    if (!options->cluster.has_value()) options->cluster.emplace();
+    vigil::cluster::ClusterOptions& c = *options->cluster;
+    if (flags.Given("etcd")) {
+      c.etcd_endpoints = absl::StrSplit(absl::GetFlag(FLAGS_etcd), ',', absl::SkipEmpty());
+    }
+    if (flags.Given("shard")) c.shard = absl::GetFlag(FLAGS_shard);
+    if (flags.Given("replica")) c.replica = absl::GetFlag(FLAGS_replica);
+    if (flags.Given("advertise-grpc")) c.advertise_grpc = absl::GetFlag(FLAGS_advertise_grpc);
+    if (flags.Given("advertise-http")) c.advertise_http = absl::GetFlag(FLAGS_advertise_http);
+  }
 }
 
 }  // namespace
@@ -107,55 +146,42 @@ int main(int argc, char** argv) {
     std::printf("%s\n", reference->dump(2).c_str());
     return 0;
   }
-  vigil::ServerOptions options;
-  options.web_dir = VIGIL_SOURCE_DIR "/web";
-  if (flags.Given("config")) {
-    if (absl::Status s = vigil::LoadServerConfigFile(absl::GetFlag(FLAGS_config), &options);
-        !s.ok()) {
-      std::fprintf(stderr, "vigil-server: bad config:\n%s\n",
-                   std::string(s.message()).c_str());
-      return 2;
-    }
-  }
-  if (flags.Given("data-dir")) options.data_dir = absl::GetFlag(FLAGS_data_dir);
-  if (flags.Given("grpc-listen")) options.grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
-  if (flags.Given("http-listen")) options.http_listen = absl::GetFlag(FLAGS_http_listen);
-  if (flags.Given("web-dir")) options.web_dir = absl::GetFlag(FLAGS_web_dir);
-  if (absl::GetFlag(FLAGS_memory)) options.memory = true;
-  if (flags.Given("rules")) options.rules_file = absl::GetFlag(FLAGS_rules);
-  if (absl::GetFlag(FLAGS_no_detect)) options.detection_enabled = false;
-  if (absl::GetFlag(FLAGS_grpc_insecure)) {
-    options.grpc_insecure = true;
-    options.grpc_tls.reset();
-  }
-  if (flags.Given("etcd") || flags.Given("shard") || flags.Given("replica") ||
-      flags.Given("advertise-grpc") || flags.Given("advertise-http")) {
-    if (!options.cluster.has_value()) options.cluster.emplace();
-    vigil::cluster::ClusterOptions& c = *options.cluster;
-    if (flags.Given("etcd")) {
-      c.etcd_endpoints = absl::StrSplit(absl::GetFlag(FLAGS_etcd), ',', absl::SkipEmpty());
-    }
-    if (flags.Given("shard")) c.shard = absl::GetFlag(FLAGS_shard);
-    if (flags.Given("replica")) c.replica = absl::GetFlag(FLAGS_replica);
-    if (flags.Given("advertise-grpc")) c.advertise_grpc = absl::GetFlag(FLAGS_advertise_grpc);
-    if (flags.Given("advertise-http")) c.advertise_http = absl::GetFlag(FLAGS_advertise_http);
-  }
-
-  // A bad combination is a config error (exit 2: restarting cannot fix it).
-  if (absl::Status s = vigil::ValidateServerOptions(options); !s.ok()) {
+  // The options: defaults, the config file, the flags on top. A reload
+  // (SIGHUP, POST /-/reload) reads the same source again.
+  vigil::ConfigSource source;
+  source.base.web_dir = VIGIL_SOURCE_DIR "/web";
+  if (flags.Given("config")) source.file = absl::GetFlag(FLAGS_config);
+  source.overrides = [flags](vigil::ServerOptions* options) { ApplyFlags(flags, options); };
+  // A bad file or combination is a config error (exit 2: restarting cannot
+  // fix it); --check-config answers 1 for any problem.
+  const bool check_only = absl::GetFlag(FLAGS_check_config);
+  absl::StatusOr<vigil::LoadedConfig> loaded = vigil::LoadConfig(source);
+  if (!loaded.ok()) {
     std::fprintf(stderr, "vigil-server: bad config:\n%s\n",
-                 std::string(s.message()).c_str());
-    return 2;
+                 std::string(loaded.status().message()).c_str());
+    return check_only ? 1 : 2;
   }
+  if (check_only) {
+    if (absl::Status s = vigil::CheckConfigFiles(*loaded); !s.ok()) {
+      std::fprintf(stderr, "vigil-server: bad config:\n%s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    std::printf("vigil-server: config OK%s%s\n", source.file.empty() ? "" : ": ",
+                source.file.c_str());
+    return 0;
+  }
+  const vigil::ServerOptions options = loaded->options;
 
   // Block the signals before any thread starts, so sigwait() gets them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   vigil::VigilServer server(options);
+  server.EnableReload(source, *std::move(loaded));
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "vigil-server: cannot start:\n%s\n",
                  std::string(s.message()).c_str());
@@ -184,8 +210,11 @@ int main(int argc, char** argv) {
                  "vigil-server: warning: node tokens cross the network in "
                  "clear text without grpc_tls\n");
 
+  // SIGHUP reloads the config (the result is logged and audited); SIGINT
+  // and SIGTERM stop.
   int signal = 0;
-  sigwait(&signals, &signal);
+  while (sigwait(&signals, &signal) == 0 && signal == SIGHUP)
+    (void)server.Reload(vigil::Identity{"SIGHUP", vigil::Role::kAdmin});
   std::printf("vigil-server: %s, stopping\n", strsignal(signal));
   std::fflush(stdout);
   if (absl::Status s = server.Stop(); !s.ok()) {

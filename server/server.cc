@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
@@ -111,6 +112,14 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
   if (secret.empty())
     return absl::InvalidArgumentError(absl::StrCat(path, ": the secret is empty"));
   return secret;
+}
+
+// options.notifications with public_url defaulted to the HTTP listener.
+NotificationOptions NotificationsOf(const ServerOptions& options) {
+  NotificationOptions notifications = options.notifications;
+  if (notifications.public_url.empty())
+    notifications.public_url = absl::StrCat("http://", options.http_listen);
+  return notifications;
 }
 
 }  // namespace
@@ -324,10 +333,7 @@ absl::Status VigilServer::Start() {
   escalation_options.detection = detection.get();
   escalation_options.transport = transport_;
   escalation_options.escalation = options_.escalation;
-  escalation_options.notifications = options_.notifications;
-  if (escalation_options.notifications.public_url.empty())
-    escalation_options.notifications.public_url =
-        absl::StrCat("http://", options_.http_listen);
+  escalation_options.notifications = NotificationsOf(options_);
   escalation_options.actuator = options_.actuator;
   auto changes = std::make_unique<EventHub>();
   escalation_options.changes = changes.get();
@@ -487,8 +493,15 @@ absl::Status VigilServer::Start() {
   http_options.cluster = member.get();
   http_options.ownership = ownership.get();
   http_options.transport = transport_;
+  http_options.more_metrics = [this] { return ReloadMetricsText(); };
+  http_options.reload = [this](const Identity& who) -> absl::StatusOr<nlohmann::json> {
+    VIGIL_ASSIGN_OR_RETURN(ReloadResult result, Reload(who));
+    return nlohmann::json{{"applied", result.applied},
+                          {"restart_required", result.restart_required}};
+  };
   if (watchdog != nullptr)
-    http_options.more_metrics = [w = watchdog.get()] { return w->MetricsText(); };
+    http_options.more_metrics = [more = std::move(http_options.more_metrics),
+                                 w = watchdog.get()] { return more() + w->MetricsText(); };
   if (remote_write != nullptr)
     http_options.more_metrics = [more = std::move(http_options.more_metrics),
                                  w = remote_write.get()] {
@@ -623,11 +636,90 @@ absl::Status VigilServer::Start() {
         });
     cluster_->Start();
   }
+  absl::MutexLock l(&reload_mu_);
+  last_reload_ok_ts_ = clock_->Now();
   return absl::OkStatus();
+}
+
+void VigilServer::EnableReload(ConfigSource source, LoadedConfig running) {
+  absl::MutexLock l(&reload_mu_);
+  reload_source_ = std::move(source);
+  started_config_ = running;
+  applied_config_ = std::move(running);
+}
+
+absl::StatusOr<VigilServer::ReloadResult> VigilServer::Reload(const Identity& who) {
+  absl::MutexLock l(&reload_mu_);
+  if (!reload_source_.has_value())
+    return absl::FailedPreconditionError(
+        "this server was not started from a config it can read again, or is stopping");
+  if (escalation_ == nullptr) return absl::FailedPreconditionError("the server is not running");
+  absl::StatusOr<LoadedConfig> next = LoadConfig(*reload_source_);
+  absl::Status status = next.ok() ? CheckConfigFiles(*next) : next.status();
+  ReloadResult result;
+  if (status.ok()) {
+    for (std::string& key : ChangedKeys(applied_config_, *next))
+      if (ReloadableKey(key)) result.applied.push_back(std::move(key));
+    for (std::string& key : ChangedKeys(started_config_, *next))
+      if (!ReloadableKey(key)) result.restart_required.push_back(std::move(key));
+    if (!result.applied.empty()) {
+      authenticator_->Replace(next->options.auth);
+      escalation_->Reconfigure(next->options.escalation, NotificationsOf(next->options));
+    }
+    applied_config_ = *std::move(next);
+    ++reloads_ok_;
+    last_reload_ok_ts_ = clock_->Now();
+    restart_required_ = result.restart_required.size();
+  } else {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("config not reloaded, nothing changed:\n", status.message()));
+    ++reloads_failed_;
+  }
+  last_reload_ok_ = status.ok();
+  std::string detail =
+      status.ok() ? absl::StrCat("applied: ",
+                                 result.applied.empty() ? "nothing" : absl::StrJoin(result.applied, ", "))
+                  : std::string(status.message());
+  if (!result.restart_required.empty())
+    absl::StrAppend(&detail, "; changed, in force after a restart: ",
+                    absl::StrJoin(result.restart_required, ", "));
+  escalation_->RecordAudit(who, "reload_config", reload_source_->file, detail, status);
+  std::fprintf(stderr, "vigil-server: config reload by %s: %s\n", who.name.c_str(),
+               detail.c_str());
+  if (!status.ok()) return status;
+  return result;
+}
+
+std::string VigilServer::ReloadMetricsText() const {
+  absl::MutexLock l(&reload_mu_);
+  return absl::StrFormat(
+      "# HELP vigil_config_last_reload_successful Whether the last config reload "
+      "(SIGHUP, POST /-/reload) worked (1) or changed nothing for an error (0).\n"
+      "# TYPE vigil_config_last_reload_successful gauge\n"
+      "vigil_config_last_reload_successful %d\n"
+      "# HELP vigil_config_last_reload_success_timestamp_seconds When the config was last "
+      "loaded with success (the start counts), unix seconds.\n"
+      "# TYPE vigil_config_last_reload_success_timestamp_seconds gauge\n"
+      "vigil_config_last_reload_success_timestamp_seconds %.3f\n"
+      "# HELP vigil_config_reloads_total Config reloads, by result (ok, error).\n"
+      "# TYPE vigil_config_reloads_total counter\n"
+      "vigil_config_reloads_total{result=\"ok\"} %d\n"
+      "vigil_config_reloads_total{result=\"error\"} %d\n"
+      "# HELP vigil_config_restart_required_keys Config keys changed since the start that a "
+      "reload cannot apply: they take effect at the next start.\n"
+      "# TYPE vigil_config_restart_required_keys gauge\n"
+      "vigil_config_restart_required_keys %d\n",
+      last_reload_ok_ ? 1 : 0, last_reload_ok_ts_, reloads_ok_, reloads_failed_,
+      restart_required_);
 }
 
 absl::Status VigilServer::Stop() {
   if (store_ == nullptr) return absl::OkStatus();
+  {
+    // A reload under way ends first; later ones are refused.
+    absl::MutexLock l(&reload_mu_);
+    reload_source_.reset();
+  }
   // Leave the cluster first: the standby leads at once, not a lease later.
   if (profile_sender_thread_ != nullptr) profile_sender_thread_->Stop();
   if (cluster_ != nullptr) cluster_->Stop();

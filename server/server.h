@@ -3,14 +3,22 @@
 #ifndef VIGIL_SERVER_SERVER_H_
 #define VIGIL_SERVER_SERVER_H_
 
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/periodic_thread.h"
 #include "notify/notify.h"
 #include "server/config/auth.h"
 #include "server/config/config.h"
+#include "server/config/reload.h"
 #include "server/frame_observer.h"
 #include "server/ingest/ingest_metrics.h"
 #include "storage/series_store.h"
@@ -69,6 +77,27 @@ class VigilServer {
   // Stops accepting, cancels live streams, stops HTTP and flushes the
   // store. Returns the flush status. Idempotent.
   absl::Status Stop();
+
+  // Lets Reload() read the config again from `source`; `running` is the
+  // load this server's options came from (LoadConfig(source)). Call
+  // before Start(); without it Reload() refuses.
+  void EnableReload(ConfigSource source, LoadedConfig running);
+
+  // What a reload changed: keys whose new values are in force now (API
+  // tokens, escalation, notification receivers and channels), and keys
+  // changed since the server started that take effect at its next start
+  // (ReloadableKey tells them apart).
+  struct ReloadResult {
+    std::vector<std::string> applied;
+    std::vector<std::string> restart_required;
+  };
+  // Reads the config again (SIGHUP, POST /-/reload) and applies what a
+  // running server can take; audited as `who`. All or nothing: a config
+  // that does not load, validate, name readable files and parse its rules
+  // (CheckConfigFiles) changes nothing: kInvalidArgument listing every
+  // problem. kFailedPrecondition before Start() or without EnableReload().
+  // Thread-safe.
+  absl::StatusOr<ReloadResult> Reload(const Identity& who);
 
   // The bound ports (useful with port 0); 0 before Start().
   int grpc_port() const { return grpc_port_; }
@@ -132,6 +161,22 @@ class VigilServer {
   std::unique_ptr<cluster::ClusterMember> cluster_;
   int grpc_port_ = 0;
   int http_port_ = 0;
+
+  // Reload(): the source, the config the server started with (what
+  // restart_required is measured from) and the one last applied.
+  mutable absl::Mutex reload_mu_;
+  std::optional<ConfigSource> reload_source_ ABSL_GUARDED_BY(reload_mu_);
+  LoadedConfig started_config_ ABSL_GUARDED_BY(reload_mu_);
+  LoadedConfig applied_config_ ABSL_GUARDED_BY(reload_mu_);
+  // For /metrics: reloads by outcome, whether the last one worked, when
+  // one last worked (unix s; the start counts), keys waiting for a restart.
+  uint64_t reloads_ok_ ABSL_GUARDED_BY(reload_mu_) = 0;
+  uint64_t reloads_failed_ ABSL_GUARDED_BY(reload_mu_) = 0;
+  bool last_reload_ok_ ABSL_GUARDED_BY(reload_mu_) = true;
+  double last_reload_ok_ts_ ABSL_GUARDED_BY(reload_mu_) = 0;
+  size_t restart_required_ ABSL_GUARDED_BY(reload_mu_) = 0;
+  // The reload metrics as Prometheus text.
+  std::string ReloadMetricsText() const;
 };
 
 }  // namespace vigil

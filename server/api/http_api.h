@@ -36,6 +36,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "nlohmann/json.hpp"
 #include "server/config/auth.h"
 #include "server/config/client_address.h"
 #include "server/detection/detection_service.h"
@@ -87,6 +88,10 @@ struct HttpApiOptions {
   // More Prometheus text appended to /metrics (e.g. the watchdog's);
   // called from request threads, so it must be thread-safe. Null: none.
   std::function<std::string()> more_metrics;
+  // POST /-/reload (admin role): reads the config again and applies it
+  // (VigilServer::Reload), answering what changed; null: 404. Needs
+  // `escalation`.
+  std::function<absl::StatusOr<nlohmann::json>(const Identity& who)> reload;
   // Directory whose files are served under / ; empty or missing: none.
   std::string web_dir;
   // Most points one query answer may hold; more gets 400 asking for a step.

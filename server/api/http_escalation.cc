@@ -164,6 +164,16 @@ void HttpApi::InstallEscalationHandlers() {
     Reply(res, 200, esc.ResetRemediation(*who));
   });
 
+  // Reads the config file again (as SIGHUP does); admins only.
+  if (options_.reload) {
+    server_->Post("/-/reload", [this, authorize, reply](const httplib::Request& req,
+                                                        httplib::Response& res) {
+      std::optional<Identity> who = authorize(req, res, Role::kAdmin);
+      if (!who) return;
+      reply(res, options_.reload(*who));
+    });
+  }
+
   server_->Get("/api/v1/audit", [&esc](const httplib::Request& req,
                                        httplib::Response& res) {
     Reply(res, 200, esc.Audit(LimitParam(req, 200)));

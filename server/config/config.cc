@@ -600,7 +600,12 @@ absl::Status LoadServerConfigFile(const std::string& path,
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   std::stringstream text;
   text << in.rdbuf();
-  absl::Status s = ParseServerConfig(text.str(), options);
+  return ParseServerConfigFile(path, text.str(), options);
+}
+
+absl::Status ParseServerConfigFile(const std::string& path, std::string_view text,
+                                   ServerOptions* options) {
+  absl::Status s = ParseServerConfig(text, options);
   if (s.ok()) return s;
   return absl::InvalidArgumentError(PrefixLines(path, s.message()));
 }

@@ -324,6 +324,11 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options);
 // without documenting them.
 absl::StatusOr<nlohmann::json> ServerConfigReference();
 
+// Applies `text`, read from the file at `path`, as ParseServerConfig does;
+// every error line starts with the path.
+absl::Status ParseServerConfigFile(const std::string& path, std::string_view text,
+                                   ServerOptions* options);
+
 // Reads the file at `path` and applies it as ParseServerConfig does.
 // kNotFound if it cannot be read; errors are prefixed with the path.
 absl::Status LoadServerConfigFile(const std::string& path,

@@ -1,0 +1,117 @@
+#include "server/config/reload.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "notify/signing.h"
+
+namespace vigil {
+namespace {
+
+using Json = nlohmann::json;
+
+// The keys a running server applies at once; a change below one of them
+// counts as that key's.
+constexpr std::string_view kReloadableKeys[] = {
+    "auth", "escalation", "notifications.receivers", "notifications.channels"};
+
+// The file at `path`, or kNotFound.
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Appends to `changed` the paths below `path` whose values differ.
+void Compare(const Json& before, const Json& after, const std::string& path,
+             std::vector<std::string>* changed) {
+  if (before == after) return;
+  if (!before.is_object() || !after.is_object()) {
+    changed->push_back(path.empty() ? "(top level)" : path);
+    return;
+  }
+  std::set<std::string> keys;
+  for (const auto& [key, value] : before.items()) keys.insert(key);
+  for (const auto& [key, value] : after.items()) keys.insert(key);
+  for (const std::string& key : keys) {
+    const Json none;
+    Compare(before.contains(key) ? before[key] : none, after.contains(key) ? after[key] : none,
+            path.empty() ? key : absl::StrCat(path, ".", key), changed);
+  }
+}
+
+// Adds an error for every file named below `path` of `node` that cannot be
+// read (the rules file is checked by parsing it).
+void CheckFiles(const Json& node, const std::string& path, std::vector<std::string>* errors) {
+  if (!node.is_object()) return;
+  for (const auto& [key, value] : node.items()) {
+    const std::string at = path.empty() ? key : absl::StrCat(path, ".", key);
+    if (value.is_object()) {
+      CheckFiles(value, at, errors);
+    } else if (value.is_string() && (key == "file" || absl::EndsWith(key, "_file")) &&
+               at != "detection.rules_file" && !value.get<std::string>().empty()) {
+      if (std::ifstream in(value.get<std::string>()); !in)
+        errors->push_back(absl::StrCat(at, ": cannot read ", value.get<std::string>()));
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedConfig> LoadConfig(const ConfigSource& source) {
+  LoadedConfig loaded;
+  loaded.options = source.base;
+  if (!source.file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(source.file);
+    if (!text.ok()) return text.status();
+    VIGIL_RETURN_IF_ERROR(ParseServerConfigFile(source.file, *text, &loaded.options));
+    loaded.document = Json::parse(*text, nullptr, false);
+  }
+  if (source.overrides) source.overrides(&loaded.options);
+  if (absl::Status s = ValidateServerOptions(loaded.options); !s.ok()) return s;
+  if (!loaded.options.rules_file.empty()) {
+    if (absl::StatusOr<std::string> rules = ReadFile(loaded.options.rules_file); rules.ok())
+      loaded.rules_sha256 = HexEncode(Sha256(*rules));
+  }
+  return loaded;
+}
+
+absl::Status CheckConfigFiles(const LoadedConfig& config) {
+  std::vector<std::string> errors;
+  CheckFiles(config.document, "", &errors);
+  if (!config.options.rules_file.empty()) {
+    if (absl::StatusOr<RuleSet> rules = LoadRuleFile(config.options.rules_file); !rules.ok())
+      errors.push_back(absl::StrCat("detection.rules_file: ", rules.status().message()));
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
+}
+
+bool ReloadableKey(std::string_view path) {
+  const absl::string_view at(path.data(), path.size());
+  for (std::string_view key : kReloadableKeys) {
+    const absl::string_view prefix(key.data(), key.size());
+    if (absl::StartsWith(at, prefix) && (at.size() == prefix.size() || at[prefix.size()] == '.'))
+      return true;
+  }
+  return false;
+}
+
+std::vector<std::string> ChangedKeys(const LoadedConfig& before, const LoadedConfig& after) {
+  std::vector<std::string> changed;
+  Compare(before.document, after.document, "", &changed);
+  if (before.options.rules_file == after.options.rules_file &&
+      before.rules_sha256 != after.rules_sha256)
+    changed.push_back("detection.rules_file (content)");
+  return changed;
+}
+
+}  // namespace vigil
