@@ -82,12 +82,6 @@ TEST(FormatResponseTest, EmptyListsSaySo) {
   EXPECT_EQ(Format("silences", Parse(R"({"silences": []})")), "no silences\n");
   EXPECT_EQ(Format("deliveries", Parse("{}")), "no deliveries\n");
   EXPECT_EQ(Format("actions", Parse(R"({"actions": null})")), "no actions\n");
-  EXPECT_EQ(Format("reload", Parse(R"({"applied": ["escalation.schedules", "auth.tokens"],
-                                       "restart_required": ["storage"]})")),
-            "config reloaded; in force now: escalation.schedules, auth.tokens\n"
-            "changed, in force after a restart: storage\n");
-  EXPECT_EQ(Format("reload", Parse(R"({"applied": [], "restart_required": []})")),
-            "config reloaded; in force now: no change\n");
   EXPECT_EQ(Format("audit", Parse(R"({"entries": []})")), "no audit entries\n");
 }
 

@@ -10,6 +10,7 @@
 #
 # Usage: tests/e2e/agent_partition_e2e.sh BUILD_DIR [OUTAGE_SECONDS=40]
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR [OUTAGE_SECONDS]}" && pwd)
 outage=${2:-40}
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,14 +31,6 @@ cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.5
-  done
-}
 metric() {  # NAME -> value from the agent's /metrics
   curl -sf "http://127.0.0.1:$mport/metrics" | awk -v n="$1" '$1 == n {print $2}'
 }

@@ -8,6 +8,7 @@
 #
 # Usage: tests/e2e/config_reload_e2e.sh BUILD_DIR
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 work=$(mktemp -d /tmp/vigil-reload-e2e.XXXXXX)
 server_pid=""
@@ -24,14 +25,6 @@ cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.2
-  done
-}
 
 hport=$(free_port)
 admin_token=reload-e2e-admin-token

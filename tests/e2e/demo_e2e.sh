@@ -8,6 +8,7 @@
 #
 # Usage: tests/e2e/demo_e2e.sh BUILD_DIR
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/vigil-demo-e2e.XXXXXX)
@@ -27,13 +28,6 @@ cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-wait_for() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 1
-  done
-}
 # A base port whose +11 and +12 (the demo's receivers and actuator) and a
 # gRPC port are free too.
 pick_ports() {

@@ -7,6 +7,7 @@
 #
 # Usage: tests/e2e/outbox_outage_e2e.sh BUILD_DIR
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/vigil-outage.XXXXXX)
@@ -25,14 +26,6 @@ cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.5
-  done
-}
 
 rport=$(free_port); gport=$(free_port); hport=$(free_port)
 r="http://127.0.0.1:$rport"

@@ -9,6 +9,7 @@
 #
 # Usage: tests/e2e/slurm_escalation_e2e.sh BUILD_DIR
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/vigil-e2e.XXXXXX)
@@ -29,15 +30,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# Waits up to $1 seconds for the command to succeed.
-wait_for() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.5
-  done
-}
 count() { grep -c "\"service\": \"$1\"" "$work/receivers.jsonl" 2>/dev/null || true; }
 
 for tool in sbatch squeue sinfo scontrol munged slurmctld slurmd python3 curl; do
