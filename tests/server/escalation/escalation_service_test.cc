@@ -549,7 +549,9 @@ TEST_F(EscalationServiceTest, ActionsOnAClaimedNodeWaitForApproval) {
   const std::string id = Open(Severity::kP0, "ecc_double_bit", "llm", "n1",
                               {Response::kCheckpointThenPauseJob, Response::kCordonNode});
   ASSERT_TRUE(Eventually([&] { return service_->ListActions(id)["actions"].size() == 2; }));
-  for (const Json& a : service_->ListActions(id)["actions"]) {
+  // Kept: a range-for over a member of the temporary would dangle.
+  const Json actions = service_->ListActions(id);
+  for (const Json& a : actions["actions"]) {
     EXPECT_EQ(a["state"], "pending_approval") << a.dump();
     EXPECT_NE(a.value("decision", "").find("remote-written"), std::string::npos) << a.dump();
   }
