@@ -183,10 +183,16 @@ std::string FleetHint(std::string_view cause) {
          "rolled out to all of them) before dumping each job's stacks.";
 }
 
+// Whether `a` and `b` are the same rule: the same object, or rules of one
+// name from the rule sets before and after a reload (SetRules).
+bool SameRule(const Rule* a, const Rule* b) {
+  return a == b || (a != nullptr && b != nullptr && a->name == b->name);
+}
+
 }  // namespace
 
 struct IncidentEngine::Impl {
-  explicit Impl(RuleSet r) : rules(std::move(r)) {}
+  explicit Impl(RuleSet r) : rules(&rule_sets.emplace_back(std::move(r))) {}
 
   void Raise(const Anomaly& a, std::vector<IncidentUpdate>* out);
   // Node silence: one incident for nodes of a job silent together.
@@ -248,7 +254,12 @@ struct IncidentEngine::Impl {
     out->push_back({type, ts, t.inc});
   }
 
-  const RuleSet rules;
+  // Every rule set this engine used, the one in use last: an incident keeps
+  // pointers to the rules that opened and joined it, so a replaced set
+  // stays alive (a few KB per reload; std::deque never moves them).
+  std::deque<RuleSet> rule_sets;
+  // The rules in use (rule_sets.back()).
+  const RuleSet* rules;
   // Firing incidents and those resolved within reopen_window_s, oldest
   // first.
   std::vector<std::unique_ptr<Tracked>> incidents;
@@ -273,7 +284,7 @@ void IncidentEngine::Impl::Remember(const Anomaly& a, const Rule* rule) {
   h.push_back({a, rule ? rule->category : C::kGeneral});
   while (!h.empty() &&
          (h.size() > kMaxHistory ||
-          h.front().anomaly.ts < a.ts - rules.settings.hint_window_s)) {
+          h.front().anomaly.ts < a.ts - rules->settings.hint_window_s)) {
     h.pop_front();
   }
 }
@@ -297,7 +308,7 @@ Tracked* IncidentEngine::Impl::Inhibitor(const Anomaly& a) {
 }
 
 Tracked* IncidentEngine::Impl::GroupTarget(const Anomaly& a, const Rule& rule) {
-  const double window = rules.settings.group_window_s;
+  const double window = rules->settings.group_window_s;
   const C rc = rule.category;
   Tracked* best = nullptr;
   std::tuple<int, Severity> best_rank;
@@ -368,7 +379,7 @@ Tracked* IncidentEngine::Impl::SlowdownOf(const Anomaly& a, const Rule& rule) {
     const bool cause = IsCause(t.category) && t.inc.severity <= Severity::kP2;
     if (!cause && t.category != C::kPerformance) continue;
     if (t.active == 0 &&
-        a.ts - t.last_change_ts > rules.settings.group_window_s) {
+        a.ts - t.last_change_ts > rules->settings.group_window_s) {
       continue;
     }
     const auto r = std::make_tuple(!cause, t.inc.severity);
@@ -410,7 +421,7 @@ bool IncidentEngine::Impl::AddCondition(Tracked& t, const std::string& key,
     e.active = true;
     e.inhibited = inhibited;
   } else if (inserted) {
-    if (static_cast<int>(t.inc.evidence.size()) < rules.settings.max_evidence) {
+    if (static_cast<int>(t.inc.evidence.size()) < rules->settings.max_evidence) {
       c.evidence = static_cast<int>(t.inc.evidence.size());
       t.inc.evidence.push_back({a, rule->name, true, inhibited});
       grew = true;
@@ -485,7 +496,7 @@ void IncidentEngine::Impl::Reraise(Tracked& t, const std::string& key,
   if (update && key == t.primary_key) t.primary = kept;
   const bool took = !inhibited && TakeOver(t, key, kept, rule);
   const bool raised = !inhibited && RaiseSeverity(t, rule, a.ts);
-  if (raised || took || rule != old_rule || update || !was_active) {
+  if (raised || took || !SameRule(rule, old_rule) || update || !was_active) {
     t.inc.last_update_ts = a.ts;
     Refresh(t);
   }
@@ -653,7 +664,7 @@ void IncidentEngine::Impl::Raise(const Anomaly& a,
     EndConditions(a);
     if (!a.node.empty()) return;  // one node's part; the job's end follows
   }
-  const Rule* rule = rules.Find(a);
+  const Rule* rule = rules->Find(a);
   Remember(a, rule);
   if (rule == nullptr) return;
   if (IsNodeSilence(a.kind)) {
@@ -706,8 +717,8 @@ void IncidentEngine::Impl::RaiseSilence(const Anomaly& a, const Rule* rule,
     if (target != nullptr) break;
     Tracked& t = *tp;
     if (t.inc.state == IncidentState::kFiring && t.inc.job == a.job &&
-        t.primary_rule == rule && !t.silent_nodes.empty() &&
-        a.ts - t.last_silence_ts <= rules.settings.node_group_window_s) {
+        SameRule(t.primary_rule, rule) && !t.silent_nodes.empty() &&
+        a.ts - t.last_silence_ts <= rules->settings.node_group_window_s) {
       target = &t;
     }
   }
@@ -765,7 +776,7 @@ void IncidentEngine::Impl::Implicate(Tracked& t,
 
 void IncidentEngine::Impl::CheckLemon(const std::string& node,
                                       std::vector<IncidentUpdate>* out) {
-  const RuleSettings& s = rules.settings;
+  const RuleSettings& s = rules->settings;
   if (!raises_fleet) return;
   std::deque<Implication>& h = implicated[node];
   while (!h.empty() && h.front().ts < now - s.lemon_window_s) h.pop_front();
@@ -799,7 +810,7 @@ void IncidentEngine::Impl::CheckLemon(const std::string& node,
   }
   absl::StrAppend(&a.detail, ". Suggested: drain ", a.node,
                   " and run diagnostics before it takes new jobs");
-  const Rule* rule = rules.Find(a);
+  const Rule* rule = rules->Find(a);
   if (rule == nullptr) return;
   const std::string key = ConditionKey(a);
   if (auto it = by_condition.find(key);
@@ -813,7 +824,7 @@ void IncidentEngine::Impl::CheckLemon(const std::string& node,
 
 void IncidentEngine::Impl::NoteFleetFault(Tracked& t) {
   const char* cause = FleetCauseOf(t);
-  if (t.fleet_noted || cause == nullptr || rules.settings.fleet_jobs <= 0) return;
+  if (t.fleet_noted || cause == nullptr || rules->settings.fleet_jobs <= 0) return;
   t.fleet_noted = true;
   // When it (re)opened: a fault that came back counts now.
   const double ts = t.inc.last_update_ts;
@@ -829,7 +840,7 @@ void IncidentEngine::Impl::NoteFleetFault(Tracked& t) {
 
 void IncidentEngine::Impl::CheckFleet(std::vector<IncidentUpdate>* out) {
   fleet_dirty = false;
-  const RuleSettings& s = rules.settings;
+  const RuleSettings& s = rules->settings;
   for (auto& [cause, h] : fleet_faults) {
     while (!h.empty() && h.front().ts < now - s.fleet_window_s) h.pop_front();
     std::set<std::string> jobs;
@@ -865,7 +876,7 @@ void IncidentEngine::Impl::CheckFleet(std::vector<IncidentUpdate>* out) {
       const Implication& im = h[i];
       absl::StrAppend(&a.detail, i > 0 ? "; " : "", im.kind, " (job ", im.job, ")");
     }
-    const Rule* rule = rules.Find(a);
+    const Rule* rule = rules->Find(a);
     if (rule == nullptr) continue;
     if (firing) {
       Reraise(*it->second, key, a, rule, out);
@@ -924,7 +935,7 @@ void IncidentEngine::Impl::CheckFleetIncidents(std::vector<IncidentUpdate>* out)
 
 void IncidentEngine::Impl::CheckLemons(std::vector<IncidentUpdate>* out) {
   (void)out;
-  const RuleSettings& s = rules.settings;
+  const RuleSettings& s = rules->settings;
   for (const auto& tp : incidents) {
     Tracked& t = *tp;
     if (t.lemon_node.empty() || t.active == 0) continue;
@@ -944,11 +955,11 @@ void IncidentEngine::Impl::CheckLemons(std::vector<IncidentUpdate>* out) {
 }
 
 void IncidentEngine::Impl::CheckRisk(std::vector<IncidentUpdate>* out) {
-  const RuleSettings& s = rules.settings;
+  const RuleSettings& s = rules->settings;
   if (context == nullptr || !(s.risk_gpu_hours > 0)) return;
   Anomaly probe;
   probe.kind = AnomalyKind::kGpuHoursAtRisk;
-  const Rule* rule = rules.Find(probe);
+  const Rule* rule = rules->Find(probe);
   if (rule == nullptr) return;
   for (const auto& tp : incidents) {
     Tracked& t = *tp;
@@ -1012,7 +1023,7 @@ void IncidentEngine::Impl::Clear(const Anomaly& a) {
 }
 
 void IncidentEngine::Impl::Resolve(std::vector<IncidentUpdate>* out) {
-  const RuleSettings& s = rules.settings;
+  const RuleSettings& s = rules->settings;
   for (const auto& tp : incidents) {
     Tracked& t = *tp;
     if (t.inc.state != IncidentState::kFiring || t.active > 0 ||
@@ -1175,6 +1186,10 @@ std::vector<Incident> IncidentEngine::Incidents() const {
   return out;
 }
 
-const RuleSet& IncidentEngine::rules() const { return impl_->rules; }
+const RuleSet& IncidentEngine::rules() const { return *impl_->rules; }
+
+void IncidentEngine::SetRules(RuleSet rules) {
+  impl_->rules = &impl_->rule_sets.emplace_back(std::move(rules));
+}
 
 }  // namespace vigil

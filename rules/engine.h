@@ -121,6 +121,14 @@ class IncidentEngine {
   // The rules in use.
   const RuleSet& rules() const;
 
+  // Uses `rules` from now on (a config reload): new anomalies are matched
+  // against them and their settings apply to every incident at once
+  // (resolve_after_s, reopen_window_s, ...). Incidents already open keep
+  // the rules that opened and joined them (their severity and summary)
+  // until they resolve; a rule that was removed or disabled opens nothing
+  // new.
+  void SetRules(RuleSet rules);
+
   // Where GPU-hours at risk come from (not owned; null: never raised).
   void set_context_source(const JobContextSource* source);
 

@@ -65,6 +65,9 @@ class DetectionPipeline : private JobContextSource {
   void AddImplication(const IncidentEngine::NodeImplication& implication) {
     engine_.AddImplication(implication);
   }
+  // Uses `rules` from now on (IncidentEngine::SetRules).
+  void SetRules(RuleSet rules) { engine_.SetRules(std::move(rules)); }
+
   // Whether this pipeline opens fleet-wide fault incidents
   // (IncidentEngine::set_raises_fleet_incidents).
   void set_raises_fleet_incidents(bool raises) {

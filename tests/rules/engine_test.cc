@@ -633,6 +633,55 @@ TEST(EngineTest, XidSeverityByCode) {
   }
 }
 
+// New rules (a config reload) apply to what opens next; an incident
+// already open keeps the rule that opened it; a disabled rule opens
+// nothing more (the anomaly takes the next rule that matches).
+TEST(EngineTest, ReplacedRulesApplyToNewIncidents) {
+  IncidentEngine engine;
+  auto u = Feed(engine, {{.ts = 1, .kind = K::kXid, .node = "n1", .gpu = 0,
+                          .detail = "xid 13"}});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].incident.severity, Severity::kP2);
+  const Incident first = u[0].incident;
+
+  absl::StatusOr<RuleSet> next = LoadRuleSet(R"({"rules": [
+      {"name": "xid_app_error", "severity": "P1", "summary": "reloaded: {detail} on {where}"},
+      {"name": "xid_fatal", "enabled": false}]})");
+  ASSERT_TRUE(next.ok()) << next.status();
+  engine.SetRules(*next);
+  EXPECT_FALSE(engine.rules().rules.empty());
+
+  u = Feed(engine, {{.ts = 2, .kind = K::kXid, .node = "n2", .gpu = 0, .detail = "xid 13"},
+                    {.ts = 3, .kind = K::kXid, .node = "n3", .gpu = 0, .detail = "xid 79"}});
+  ASSERT_EQ(u.size(), 2u) << Describe(u);
+  EXPECT_EQ(u[0].incident.kind, "xid_app_error");
+  EXPECT_EQ(u[0].incident.severity, Severity::kP1);
+  EXPECT_EQ(u[0].incident.summary, "reloaded: xid 13 on job llama");
+  EXPECT_EQ(u[1].incident.kind, "xid") << "xid_fatal is disabled: the generic rule takes it";
+
+  const std::vector<Incident> all = engine.Incidents();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].id, first.id);
+  EXPECT_EQ(all[0].severity, Severity::kP2);
+  EXPECT_EQ(all[0].summary, first.summary);
+}
+
+// Rules are told apart by name across a reload: a node that falls silent
+// after it joins the node-down incident its job's first silent node
+// opened before it, as it would without the reload.
+TEST(EngineTest, ANodeDownIncidentStillGroupsAcrossAReload) {
+  IncidentEngine engine;
+  auto u = Feed(engine, {{.ts = 10, .kind = K::kNodeSilent, .node = "n1"}});
+  ASSERT_EQ(u.size(), 1u) << Describe(u);
+  const std::string id = u[0].incident.id;
+  engine.SetRules(DefaultRuleSet());
+  u = Feed(engine, {{.ts = 20, .kind = K::kNodeSilent, .node = "n2"}});
+  ASSERT_EQ(u.size(), 1u) << Describe(u);
+  EXPECT_NE(u[0].type, UpdateType::kOpened) << Describe(u);
+  EXPECT_EQ(u[0].incident.id, id);
+  EXPECT_EQ(engine.Incidents().size(), 1u);
+}
+
 TEST(EngineTest, EvidenceIsCapped) {
   RuleSet rules = DefaultRuleSet();
   rules.settings.max_evidence = 3;
