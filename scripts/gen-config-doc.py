@@ -45,8 +45,9 @@ says *required*; unknown keys are errors, and every error in a file is
 reported at once, each with its key path. Flags override the file (the flag
 is named in the meaning; docs/CLI.md). `vigil-server --check-config` checks
 a file without starting; a running server reads its file again on SIGHUP or
-`POST /-/reload` and applies `auth`, `escalation`, `notifications.receivers`
-and `notifications.channels` at once, the rest at its next start
+`POST /-/reload` and applies `auth`, `escalation`, `notifications.receivers`,
+`notifications.channels` and the rules (`detection.rules_file`) at once, the
+rest at its next start
 (server/config/reload.h; README, "Checking and changing the config of a
 running server"). The agent reads its file at start only.
 

@@ -78,9 +78,10 @@ vigil::flags::Program ServerProgram() {
                "with neither, the server refuses to start. The bound addresses are printed on\n"
                "stdout.",
       .notes = "SIGHUP (or POST /-/reload, admin role) reads the config file again: API tokens,\n"
-               "escalation and notification receivers and channels change at once; what else\n"
-               "changed is listed and waits for a restart; a config with an error changes\n"
-               "nothing (README, \"Checking and changing the config of a running server\").\n"
+               "escalation, notification receivers and channels and the rules change at once;\n"
+               "what else changed is listed and waits for a restart; a config with an error\n"
+               "changes nothing (README, \"Checking and changing the config of a running\n"
+               "server\").\n"
                "exit codes: 0 stopped by SIGINT or SIGTERM, or --check-config found no problem;\n"
                "1 cannot start (a bad rule file, an address in use, ...), the flush on stop\n"
                "failed, or --check-config found problems; 2 bad flags or a bad config (every\n"

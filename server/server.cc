@@ -14,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -200,16 +201,7 @@ absl::Status VigilServer::Start() {
     VIGIL_ASSIGN_OR_RETURN(
         watchdog, Watchdog::Create(options_.watchdog, std::move(watchdog_options)));
   }
-  RuleSet rules = DefaultRuleSet();
-  if (!options_.rules_file.empty()) {
-    VIGIL_ASSIGN_OR_RETURN(rules, LoadRuleFile(options_.rules_file));
-  }
-  // Escalation forgets resolved incidents after a week; a reopen after that
-  // would restart its page numbering and collide with delivered pages.
-  if (rules.settings.reopen_window_s >= Escalator::kForgetResolvedAfterSeconds)
-    return absl::InvalidArgumentError(absl::StrCat(
-        options_.rules_file, ": settings.reopen_window_s must be below ",
-        Escalator::kForgetResolvedAfterSeconds, " (7 days)"));
+  VIGIL_ASSIGN_OR_RETURN(RuleSet rules, LoadServerRules(options_));
 
   StoreOptions store_options;
   store_options.clock = clock_;
@@ -654,17 +646,28 @@ absl::StatusOr<VigilServer::ReloadResult> VigilServer::Reload(const Identity& wh
     return absl::FailedPreconditionError(
         "this server was not started from a config it can read again, or is stopping");
   if (escalation_ == nullptr) return absl::FailedPreconditionError("the server is not running");
+  // Everything is read and checked before anything changes.
   absl::StatusOr<LoadedConfig> next = LoadConfig(*reload_source_);
   absl::Status status = next.ok() ? CheckConfigFiles(*next) : next.status();
+  absl::StatusOr<RuleSet> rules = absl::UnknownError("not read");
+  if (status.ok()) {
+    rules = LoadServerRules(next->options);
+    status = rules.status();
+  }
   ReloadResult result;
   if (status.ok()) {
-    for (std::string& key : ChangedKeys(applied_config_, *next))
-      if (ReloadableKey(key)) result.applied.push_back(std::move(key));
+    bool rules_changed = false;
+    for (std::string& key : ChangedKeys(applied_config_, *next)) {
+      if (!ReloadableKey(key)) continue;
+      rules_changed |= absl::StartsWith(key, "detection.rules_file");
+      result.applied.push_back(std::move(key));
+    }
     for (std::string& key : ChangedKeys(started_config_, *next))
       if (!ReloadableKey(key)) result.restart_required.push_back(std::move(key));
     if (!result.applied.empty()) {
       authenticator_->Replace(next->options.auth);
       escalation_->Reconfigure(next->options.escalation, NotificationsOf(next->options));
+      if (rules_changed) detection_->SetRules(*rules);
     }
     applied_config_ = *std::move(next);
     ++reloads_ok_;

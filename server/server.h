@@ -84,7 +84,7 @@ class VigilServer {
   void EnableReload(ConfigSource source, LoadedConfig running);
 
   // What a reload changed: keys whose new values are in force now (API
-  // tokens, escalation, notification receivers and channels), and keys
+  // tokens, escalation, notification receivers and channels, rules), and keys
   // changed since the server started that take effect at its next start
   // (ReloadableKey tells them apart).
   struct ReloadResult {

@@ -610,6 +610,17 @@ absl::Status ParseServerConfigFile(const std::string& path, std::string_view tex
   return absl::InvalidArgumentError(PrefixLines(path, s.message()));
 }
 
+absl::StatusOr<RuleSet> LoadServerRules(const ServerOptions& options) {
+  if (options.rules_file.empty()) return DefaultRuleSet();
+  absl::StatusOr<RuleSet> rules = LoadRuleFile(options.rules_file);
+  if (!rules.ok()) return rules.status();
+  if (rules->settings.reopen_window_s >= Escalator::kForgetResolvedAfterSeconds)
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.rules_file, ": settings.reopen_window_s must be below ",
+        Escalator::kForgetResolvedAfterSeconds, " (7 days)"));
+  return rules;
+}
+
 absl::StatusOr<RuleSet> LoadRuleFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));

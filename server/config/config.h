@@ -339,6 +339,13 @@ absl::Status LoadServerConfigFile(const std::string& path,
 // per line, each prefixed with the path and its position.
 absl::StatusOr<RuleSet> LoadRuleFile(const std::string& path);
 
+// The rules a server with `options` runs: the built-in catalogue, with
+// options.rules_file applied when set (LoadRuleFile's errors), whose
+// reopen window must stay below the week after which escalation forgets a
+// resolved incident (kInvalidArgument otherwise: a later reopen would
+// restart its page numbering and collide with pages already delivered).
+absl::StatusOr<RuleSet> LoadServerRules(const ServerOptions& options);
+
 // Checks the combination of options (e.g. data_dir set unless memory,
 // listen addresses of the form HOST:PORT, exactly one of grpc_tls and
 // grpc_insecure). kInvalidArgument listing every problem otherwise. Files

@@ -19,7 +19,8 @@ using Json = nlohmann::json;
 // The keys a running server applies at once; a change below one of them
 // counts as that key's.
 constexpr std::string_view kReloadableKeys[] = {
-    "auth", "escalation", "notifications.receivers", "notifications.channels"};
+    "auth", "escalation", "notifications.receivers", "notifications.channels",
+    "detection.rules_file"};
 
 // The file at `path`, or kNotFound.
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -34,16 +35,20 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 void Compare(const Json& before, const Json& after, const std::string& path,
              std::vector<std::string>* changed) {
   if (before == after) return;
-  if (!before.is_object() || !after.is_object()) {
+  // A section added or removed counts as its keys added or removed.
+  const Json empty = Json::object();
+  const Json& from = before.is_null() && after.is_object() ? empty : before;
+  const Json& to = after.is_null() && before.is_object() ? empty : after;
+  if (!from.is_object() || !to.is_object()) {
     changed->push_back(path.empty() ? "(top level)" : path);
     return;
   }
   std::set<std::string> keys;
-  for (const auto& [key, value] : before.items()) keys.insert(key);
-  for (const auto& [key, value] : after.items()) keys.insert(key);
+  for (const auto& [key, value] : from.items()) keys.insert(key);
+  for (const auto& [key, value] : to.items()) keys.insert(key);
   for (const std::string& key : keys) {
     const Json none;
-    Compare(before.contains(key) ? before[key] : none, after.contains(key) ? after[key] : none,
+    Compare(from.contains(key) ? from[key] : none, to.contains(key) ? to[key] : none,
             path.empty() ? key : absl::StrCat(path, ".", key), changed);
   }
 }
@@ -87,10 +92,8 @@ absl::StatusOr<LoadedConfig> LoadConfig(const ConfigSource& source) {
 absl::Status CheckConfigFiles(const LoadedConfig& config) {
   std::vector<std::string> errors;
   CheckFiles(config.document, "", &errors);
-  if (!config.options.rules_file.empty()) {
-    if (absl::StatusOr<RuleSet> rules = LoadRuleFile(config.options.rules_file); !rules.ok())
-      errors.push_back(absl::StrCat("detection.rules_file: ", rules.status().message()));
-  }
+  if (absl::StatusOr<RuleSet> rules = LoadServerRules(config.options); !rules.ok())
+    errors.push_back(absl::StrCat("detection.rules_file: ", rules.status().message()));
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
 }
@@ -99,7 +102,9 @@ bool ReloadableKey(std::string_view path) {
   const absl::string_view at(path.data(), path.size());
   for (std::string_view key : kReloadableKeys) {
     const absl::string_view prefix(key.data(), key.size());
-    if (absl::StartsWith(at, prefix) && (at.size() == prefix.size() || at[prefix.size()] == '.'))
+    // The key itself, a key below it, or a note on it ("... (content)").
+    if (absl::StartsWith(at, prefix) &&
+        (at.size() == prefix.size() || at[prefix.size()] == '.' || at[prefix.size()] == ' '))
       return true;
   }
   return false;

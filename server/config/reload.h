@@ -47,19 +47,21 @@ absl::StatusOr<LoadedConfig> LoadConfig(const ConfigSource& source);
 
 // What a running server would still fail on at its next start: every file
 // the config names (keys named "file" or ending in "_file") can be read,
-// and the rules file parses. kInvalidArgument listing every problem, one
-// per line, each with its key path.
+// and the rules load (LoadServerRules). kInvalidArgument listing every
+// problem, one per line, each with its key path.
 absl::Status CheckConfigFiles(const LoadedConfig& config);
 
 // Whether a running server takes a change of the key at `path` (as
 // ChangedKeys names it) at once: API tokens ("auth"), escalation (users,
-// schedules, policies, interlocks) and notification receivers and
-// channels. Everything else waits for a restart.
+// schedules, policies, interlocks), notification receivers and channels,
+// and the rules (the file named, or its content). Everything else waits
+// for a restart.
 bool ReloadableKey(std::string_view path);
 
 // The key paths ("storage.block_samples", "escalation.schedules") whose
 // values differ between `before` and `after`, in order: objects are
-// compared key by key, anything else whole. A changed rules file's
+// compared key by key (a section added or removed as its keys), anything
+// else whole. A changed rules file's
 // content is "detection.rules_file (content)".
 std::vector<std::string> ChangedKeys(const LoadedConfig& before, const LoadedConfig& after);
 

@@ -120,6 +120,13 @@ void DetectionService::SetRaisesFleetIncidents(bool raises) {
   first.pipeline.set_raises_fleet_incidents(raises);
 }
 
+void DetectionService::SetRules(const RuleSet& rules) {
+  for (const std::unique_ptr<Shard>& shard : shards_) {
+    std::lock_guard<std::mutex> l(shard->mu);
+    shard->pipeline.SetRules(rules);
+  }
+}
+
 void DetectionService::ShareImplications(int from) {
   if (shards_.size() == 1 && !options_.share_implication) return;
   std::vector<IncidentEngine::NodeImplication> found;

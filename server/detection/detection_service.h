@@ -307,6 +307,10 @@ class DetectionService : public FrameObserver {
   // pair pages (docs/SCALING.md "What spans jobs").
   void SetRaisesFleetIncidents(bool raises);
 
+  // Every shard uses `rules` from its next frame on (a config reload;
+  // IncidentEngine::SetRules says what happens to open incidents).
+  void SetRules(const RuleSet& rules);
+
   // Hands the incident of `kind` that was firing when the previous
   // process stopped to the component that raises that kind outside
   // detection (StoreWatch: "storage_degraded"): it becomes one of the

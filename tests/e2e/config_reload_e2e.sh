@@ -69,7 +69,7 @@ wait_for 20 on_call_is alice || fail "the server did not come up with alice on c
 config bob ', "storage": {"block_samples": 360}'
 kill -HUP "$server_pid"
 wait_for 10 on_call_is bob || fail "SIGHUP did not put bob on call (on call: $(on_call))"
-wait_for 5 server_log_has "config reload by SIGHUP: applied: escalation.schedules; changed, in force after a restart: storage" ||
+wait_for 5 server_log_has "config reload by SIGHUP: applied: escalation.schedules; changed, in force after a restart: storage.block_samples" ||
   fail "the reload was not logged as expected"
 curl -sf "http://127.0.0.1:$hport/metrics" | grep -qx 'vigil_config_restart_required_keys 1' ||
   fail "/metrics does not count the key waiting for a restart"

@@ -114,7 +114,7 @@ TEST_F(ConfigReloadTest, TokensSchedulesAndReceiversChangeAtOnceTheRestWaitsForA
   const Json body = Json::parse(reloaded.body);
   EXPECT_EQ(body["applied"],
             Json({"auth.tokens", "escalation.schedules", "notifications.receivers"}));
-  EXPECT_EQ(body["restart_required"], Json({"storage"}));
+  EXPECT_EQ(body["restart_required"], Json({"storage.block_samples"}));
 
   EXPECT_EQ(OnCall(), "bob");
   EXPECT_EQ(HttpCall(server_->http_port(), "GET", "/api/v1/whoami", "", kOperatorToken).status,
@@ -130,7 +130,7 @@ TEST_F(ConfigReloadTest, TokensSchedulesAndReceiversChangeAtOnceTheRestWaitsForA
   // still owed.
   const Json again = Json::parse(Reload(kAdminToken).body);
   EXPECT_EQ(again["applied"], Json::array());
-  EXPECT_EQ(again["restart_required"], Json({"storage"}));
+  EXPECT_EQ(again["restart_required"], Json({"storage.block_samples"}));
 
   const Json audit =
       Json::parse(HttpCall(server_->http_port(), "GET", "/api/v1/audit", "", kAdminToken).body);
@@ -140,6 +140,62 @@ TEST_F(ConfigReloadTest, TokensSchedulesAndReceiversChangeAtOnceTheRestWaitsForA
   EXPECT_TRUE(absl::StrContains(audit["entries"][1]["detail"].get<std::string>(),
                                 "applied: auth.tokens, escalation.schedules"))
       << audit.dump(1);
+}
+
+// Node `node` of job `job`: five healthy frames, then GPU 3's double-bit
+// ECC counter goes up (a red line), stamped with `clock`; returns once
+// detection has run on them.
+void RaiseEccFault(int grpc_port, FakeClock& clock, const std::string& job,
+                   const std::string& node) {
+  testing::IngestClient client(grpc_port);
+  client.Open();
+  uint64_t seq = 0;
+  v1::FrameBatch hello = testing::Batch(++seq, node, "a");
+  *hello.add_series() = testing::Def(1, "gpu_ecc_dbe_total", {{"gpu", "3"}});
+  ASSERT_TRUE(client.Send(hello).has_value());
+  for (int i = 0; i < 6; ++i) {
+    v1::FrameBatch batch = testing::Batch(++seq);
+    v1::Frame frame = testing::Frame(job, clock.Now(), {1}, {i < 5 ? 0.0 : 1.0});
+    frame.set_step(i);
+    *batch.add_frames() = frame;
+    ASSERT_TRUE(client.Send(batch).has_value());
+    clock.Advance(1);
+  }
+  ASSERT_TRUE(client.Send(testing::Batch(++seq)).has_value());
+}
+
+// The severity of `job`'s incident.
+std::string SeverityOf(int http_port, const std::string& job) {
+  const Json list =
+      Json::parse(HttpGet(http_port, "/api/v1/incidents?state=all&job=" + job).body);
+  return list["incidents"].empty() ? "none" : list["incidents"][0]["severity"].get<std::string>();
+}
+
+// A rules file named anew, then edited in place, applies to the next fault
+// at each reload.
+TEST_F(ConfigReloadTest, AReloadedRulesFileAppliesToTheNextFault) {
+  const std::string rules = path_ + ".rules.json";
+  std::ofstream(rules) << R"({"rules": [{"name": "ecc_double_bit", "severity": "P1"}]})";
+  Write(Config("alice", {{"detection", {{"rules_file", rules}}}}));
+  HttpResult reloaded = Reload(kAdminToken);
+  ASSERT_EQ(reloaded.status, 200) << reloaded.body;
+  EXPECT_EQ(Json::parse(reloaded.body)["applied"], Json({"detection.rules_file"}));
+  RaiseEccFault(server_->grpc_port(), clock_, "llm-a", "n1");
+  EXPECT_EQ(SeverityOf(server_->http_port(), "llm-a"), "P1");
+
+  std::ofstream(rules) << R"({"rules": [{"name": "ecc_double_bit", "severity": "P2"}]})";
+  reloaded = Reload(kAdminToken);
+  ASSERT_EQ(reloaded.status, 200) << reloaded.body;
+  EXPECT_EQ(Json::parse(reloaded.body)["applied"], Json({"detection.rules_file (content)"}));
+  RaiseEccFault(server_->grpc_port(), clock_, "llm-b", "n2");
+  EXPECT_EQ(SeverityOf(server_->http_port(), "llm-b"), "P2");
+  EXPECT_EQ(SeverityOf(server_->http_port(), "llm-a"), "P1") << "open incidents keep theirs";
+
+  // A reopen window escalation would outlive is refused like any error.
+  std::ofstream(rules) << R"({"settings": {"reopen_window_s": 700000}})";
+  const HttpResult refused = Reload(kAdminToken);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_TRUE(absl::StrContains(refused.body, "reopen_window_s must be below")) << refused.body;
 }
 
 TEST_F(ConfigReloadTest, ABadConfigChangesNothing) {
@@ -182,7 +238,7 @@ TEST(ConfigReloadKeysTest, ChangedKeysNameTheDeepestObjectKeyAndTheRulesContent)
   before.rules_sha256 = "aa";
   after.rules_sha256 = "bb";
   EXPECT_THAT(ChangedKeys(before, after),
-              ElementsAre("escalation.users", "http", "storage.block_samples",
+              ElementsAre("escalation.users", "http.threads", "storage.block_samples",
                           "detection.rules_file (content)"));
   EXPECT_TRUE(ChangedKeys(before, before).empty());
 
@@ -192,7 +248,10 @@ TEST(ConfigReloadKeysTest, ChangedKeysNameTheDeepestObjectKeyAndTheRulesContent)
   EXPECT_FALSE(ReloadableKey("notifications.retry_base_seconds"));
   EXPECT_FALSE(ReloadableKey("notifications"));
   EXPECT_FALSE(ReloadableKey("authx"));
-  EXPECT_FALSE(ReloadableKey("detection.rules_file (content)"));
+  EXPECT_TRUE(ReloadableKey("detection.rules_file"));
+  EXPECT_TRUE(ReloadableKey("detection.rules_file (content)"));
+  EXPECT_FALSE(ReloadableKey("detection.rules_files"));
+  EXPECT_FALSE(ReloadableKey("detection.k_sigma"));
   EXPECT_FALSE(ReloadableKey("storage.block_samples"));
 }
 
