@@ -649,11 +649,6 @@ absl::StatusOr<VigilServer::ReloadResult> VigilServer::Reload(const Identity& wh
   // Everything is read and checked before anything changes.
   absl::StatusOr<LoadedConfig> next = LoadConfig(*reload_source_);
   absl::Status status = next.ok() ? CheckConfigFiles(*next) : next.status();
-  absl::StatusOr<RuleSet> rules = absl::UnknownError("not read");
-  if (status.ok()) {
-    rules = LoadServerRules(next->options);
-    status = rules.status();
-  }
   ReloadResult result;
   if (status.ok()) {
     bool rules_changed = false;
@@ -667,7 +662,7 @@ absl::StatusOr<VigilServer::ReloadResult> VigilServer::Reload(const Identity& wh
     if (!result.applied.empty()) {
       authenticator_->Replace(next->options.auth);
       escalation_->Reconfigure(next->options.escalation, NotificationsOf(next->options));
-      if (rules_changed) detection_->SetRules(*rules);
+      if (rules_changed) detection_->SetRules(*next->rules);
     }
     applied_config_ = *std::move(next);
     ++reloads_ok_;

@@ -610,25 +610,24 @@ absl::Status ParseServerConfigFile(const std::string& path, std::string_view tex
   return absl::InvalidArgumentError(PrefixLines(path, s.message()));
 }
 
-absl::StatusOr<RuleSet> LoadServerRules(const ServerOptions& options) {
-  if (options.rules_file.empty()) return DefaultRuleSet();
-  absl::StatusOr<RuleSet> rules = LoadRuleFile(options.rules_file);
-  if (!rules.ok()) return rules.status();
+absl::StatusOr<RuleSet> ParseServerRules(const std::string& path, std::string_view text) {
+  absl::StatusOr<RuleSet> rules = LoadRuleSet(text);
+  if (!rules.ok())
+    return absl::InvalidArgumentError(PrefixLines(path, rules.status().message()));
   if (rules->settings.reopen_window_s >= Escalator::kForgetResolvedAfterSeconds)
     return absl::InvalidArgumentError(absl::StrCat(
-        options.rules_file, ": settings.reopen_window_s must be below ",
+        path, ": settings.reopen_window_s must be below ",
         Escalator::kForgetResolvedAfterSeconds, " (7 days)"));
   return rules;
 }
 
-absl::StatusOr<RuleSet> LoadRuleFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+absl::StatusOr<RuleSet> LoadServerRules(const ServerOptions& options) {
+  if (options.rules_file.empty()) return DefaultRuleSet();
+  std::ifstream in(options.rules_file);
+  if (!in) return absl::NotFoundError(absl::StrCat(options.rules_file, ": cannot read"));
   std::stringstream text;
   text << in.rdbuf();
-  absl::StatusOr<RuleSet> rules = LoadRuleSet(text.str());
-  if (rules.ok()) return rules;
-  return absl::InvalidArgumentError(PrefixLines(path, rules.status().message()));
+  return ParseServerRules(options.rules_file, text.str());
 }
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {

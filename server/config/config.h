@@ -334,16 +334,17 @@ absl::Status ParseServerConfigFile(const std::string& path, std::string_view tex
 absl::Status LoadServerConfigFile(const std::string& path,
                                   ServerOptions* options);
 
-// The rule set of the rule document at `path` (see LoadRuleSet).
-// kNotFound if it cannot be read; kInvalidArgument listing every error, one
-// per line, each prefixed with the path and its position.
-absl::StatusOr<RuleSet> LoadRuleFile(const std::string& path);
+// The rules a server runs from the rule document `text` (LoadRuleSet),
+// read from the file at `path`: kInvalidArgument listing every error, one
+// per line, each prefixed with the path and its position; also when its
+// reopen window is not below the week after which escalation forgets a
+// resolved incident (a later reopen would restart its page numbering and
+// collide with pages already delivered).
+absl::StatusOr<RuleSet> ParseServerRules(const std::string& path, std::string_view text);
 
-// The rules a server with `options` runs: the built-in catalogue, with
-// options.rules_file applied when set (LoadRuleFile's errors), whose
-// reopen window must stay below the week after which escalation forgets a
-// resolved incident (kInvalidArgument otherwise: a later reopen would
-// restart its page numbering and collide with pages already delivered).
+// The rules a server with `options` runs: the built-in catalogue, or
+// options.rules_file read and parsed by ParseServerRules (kNotFound if it
+// cannot be read).
 absl::StatusOr<RuleSet> LoadServerRules(const ServerOptions& options);
 
 // Checks the combination of options (e.g. data_dir set unless memory,

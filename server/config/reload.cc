@@ -82,9 +82,14 @@ absl::StatusOr<LoadedConfig> LoadConfig(const ConfigSource& source) {
   }
   if (source.overrides) source.overrides(&loaded.options);
   if (absl::Status s = ValidateServerOptions(loaded.options); !s.ok()) return s;
-  if (!loaded.options.rules_file.empty()) {
-    if (absl::StatusOr<std::string> rules = ReadFile(loaded.options.rules_file); rules.ok())
-      loaded.rules_sha256 = HexEncode(Sha256(*rules));
+  if (const std::string& path = loaded.options.rules_file; !path.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (text.ok()) {
+      loaded.rules_sha256 = HexEncode(Sha256(*text));
+      loaded.rules = ParseServerRules(path, *text);
+    } else {
+      loaded.rules = text.status();
+    }
   }
   return loaded;
 }
@@ -92,8 +97,8 @@ absl::StatusOr<LoadedConfig> LoadConfig(const ConfigSource& source) {
 absl::Status CheckConfigFiles(const LoadedConfig& config) {
   std::vector<std::string> errors;
   CheckFiles(config.document, "", &errors);
-  if (absl::StatusOr<RuleSet> rules = LoadServerRules(config.options); !rules.ok())
-    errors.push_back(absl::StrCat("detection.rules_file: ", rules.status().message()));
+  if (!config.rules.ok())
+    errors.push_back(absl::StrCat("detection.rules_file: ", config.rules.status().message()));
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
 }

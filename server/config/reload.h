@@ -34,21 +34,26 @@ struct LoadedConfig {
   // The file as parsed (an empty object without a file): what tells two
   // loads apart, key by key.
   nlohmann::json document = nlohmann::json::object();
+  // The rules it names (ParseServerRules; the built-in catalogue without
+  // a rules file), or why they cannot be had: read once with the file's
+  // hash below, so a reload applies the rules it checked.
+  absl::StatusOr<RuleSet> rules = DefaultRuleSet();
   // SHA-256 (hex) of the rules file's content, "" without one or when it
   // cannot be read: a rule change is a change too.
   std::string rules_sha256;
 };
 
 // Reads `source`: the file parsed onto `base`, the overrides applied, the
-// result validated (ValidateServerOptions). kNotFound when the file cannot
-// be read; kInvalidArgument listing every error, one per line, each with
-// the file and its key path.
+// result validated (ValidateServerOptions), the rules file read and parsed
+// (its errors are kept in `rules` for CheckConfigFiles). kNotFound when
+// the config file cannot be read; kInvalidArgument listing every error,
+// one per line, each with the file and its key path.
 absl::StatusOr<LoadedConfig> LoadConfig(const ConfigSource& source);
 
 // What a running server would still fail on at its next start: every file
 // the config names (keys named "file" or ending in "_file") can be read,
-// and the rules load (LoadServerRules). kInvalidArgument listing every
-// problem, one per line, each with its key path.
+// and the rules loaded (`rules`). kInvalidArgument listing every problem,
+// one per line, each with its key path.
 absl::Status CheckConfigFiles(const LoadedConfig& config);
 
 // Whether a running server takes a change of the key at `path` (as

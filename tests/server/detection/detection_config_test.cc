@@ -55,7 +55,9 @@ TEST(DetectionConfigTest, KSigmaMustBeAboveTheClearBand) {
 }
 
 TEST(DetectionConfigTest, MissingRuleFileIsNotFound) {
-  absl::StatusOr<RuleSet> rules = LoadRuleFile("/nonexistent/rules.json");
+  ServerOptions options;
+  options.rules_file = "/nonexistent/rules.json";
+  absl::StatusOr<RuleSet> rules = LoadServerRules(options);
   EXPECT_EQ(rules.status().code(), absl::StatusCode::kNotFound);
 }
 
