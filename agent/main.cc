@@ -64,6 +64,10 @@ ABSL_FLAG(std::string, config, "", "FILE: agent config (every key: docs/CONFIG.m
 ABSL_FLAG(bool, config_reference, false,
           "print every key of the JSON config (type, default, range, meaning) as JSON and "
           "exit; docs/CONFIG.md is made from it");
+ABSL_FLAG(bool, check_config, false,
+          "check the config (and the flags over it) and exit: it parses and validates, and the "
+          "TLS and token files load as a connection would load them; exit 0 when so, 1 with "
+          "the problem");
 ABSL_FLAG(std::string, server, "", "HOST:PORT: vigil-server's gRPC ingest address");
 ABSL_FLAG(std::string, node, "", "NAME: this node's name (default: the host name up to its "
           "first dot)");
@@ -132,8 +136,9 @@ vigil::flags::Program AgentProgram() {
                "or, with --simulate, a simulated node's. Flags override the config file.",
       .notes = "COLLECTOR: " + absl::StrJoin(vigil::agent::CollectorNames(), ", ") +
                "\n\nSCENARIO: healthy, a fault kind or FILE.json; kinds:\n" + kinds +
-               "\n\nexit codes: 0 done (--once, --duration, a signal); 1 the collectors stopped\n"
-               "with an error; 2 bad flags or config",
+               "\n\nexit codes: 0 done (--once, --duration, a signal), or --check-config found no\n"
+               "problem; 1 the collectors stopped with an error, or --check-config found a\n"
+               "problem; 2 bad flags or config",
       .flags_file = __FILE__,
       .groups = {{"transport", {"insecure", "tls-ca", "tls-cert", "tls-key", "tls-server-name",
                                 "token-file"}},
@@ -327,21 +332,32 @@ int main(int argc, char** argv) {
     std::printf("%s\n", reference->dump(2).c_str());
     return 0;
   }
+  // --check-config answers 1 for any problem (a start answers 2).
+  const bool check_only = absl::GetFlag(FLAGS_check_config);
+  auto bad_config = [check_only](const absl::Status& s) {
+    if (!check_only) return Fail(std::string(s.message()));
+    std::fprintf(stderr, "vigil-agent: bad config:\n%s\n", std::string(s.message()).c_str());
+    return 1;
+  };
   vigil::agent::AgentConfig config;
   if (flags.Given("config")) {
     if (absl::Status s = vigil::agent::LoadAgentConfigFile(absl::GetFlag(FLAGS_config), &config);
         !s.ok()) {
-      return Fail(std::string(s.message()));
+      return bad_config(s);
     }
   }
-  if (absl::Status s = ApplyFlags(flags, &config); !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
+  if (absl::Status s = ApplyFlags(flags, &config); !s.ok()) return bad_config(s);
   if (config.node.empty()) config.node = ShortHostName();
   const bool once = absl::GetFlag(FLAGS_once);
   if (once && config.server.empty()) config.server = "unused:0";
-  if (absl::Status s = vigil::agent::ValidateAgentConfig(config); !s.ok()) {
-    return Fail(std::string(s.message()));
+  if (absl::Status s = vigil::agent::ValidateAgentConfig(config); !s.ok()) return bad_config(s);
+  if (check_only) {
+    absl::StatusOr<std::shared_ptr<const vigil::agent::TransportSecurity>> security =
+        vigil::agent::TransportSecurity::Create(config.transport);
+    if (!security.ok()) return bad_config(security.status());
+    std::printf("vigil-agent: config OK: node %s, server %s, %s\n", config.node.c_str(),
+                config.server.c_str(), (*security)->Describe().c_str());
+    return 0;
   }
   const double duration = absl::GetFlag(FLAGS_duration);
   if (!(duration >= 0)) return Fail("bad --duration: want seconds >= 0");

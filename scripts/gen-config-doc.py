@@ -49,7 +49,8 @@ a file without starting; a running server reads its file again on SIGHUP or
 `notifications.channels` and the rules (`detection.rules_file`) at once, the
 rest at its next start
 (server/config/reload.h; README, "Checking and changing the config of a
-running server"). The agent reads its file at start only.
+running server"). The agent reads its file at start only; `vigil-agent
+--check-config` checks it (and the TLS and token files) without starting.
 
 - **Key**: `a.b` is key `b` of the object `a`; `[]` stands for any element
   of an array (`auth.tokens[].role`), `<name>` for an entry of an object

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # vigil-agent's command line: bad flags and configs are refused with a clear
-# message and exit code 2 (systemd does not restart on 2); --once prints
+# message and exit code 2 (systemd does not restart on 2); --check-config
+# answers 0 or 1 without starting; --once prints
 # one frame as JSON with each collector's state, and plain text is never
 # implied. Usage: tests/agent/agent_cli_test.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -29,6 +30,16 @@ echo '{"server": "v:1", "colectors": {}}' >"$work/bad.json"
 expect "bad config names the key" 2 "colectors: unknown key" --config "$work/bad.json"
 expect "certificate without key" 2 "cert_file and key_file go together" \
   --server 127.0.0.1:1 --node n1 --tls-cert "$work/none.crt"
+# --check-config: 0 for a config that would start, 1 naming the problem
+# (a start would say 2), the TLS files loaded as a connection loads them.
+echo '{"server": "v:1", "node": "n1", "transport": {"insecure": true}}' >"$work/good.json"
+expect "--check-config of a good config" 0 "config OK: node n1, server v:1, PLAINTEXT" \
+  --config "$work/good.json" --check-config
+expect "--check-config of a bad config" 1 "colectors: unknown key" --config "$work/bad.json" --check-config
+echo 'not a certificate' >"$work/bad.crt"
+echo 'not a key' >"$work/bad.key"
+expect "--check-config reads the TLS files" 1 "$work/bad.crt" \
+  --server v:1 --node n1 --tls-cert "$work/bad.crt" --tls-key "$work/bad.key" --check-config
 out=$(timeout 2 "$agent" --server 127.0.0.1:1 --node n1 --collectors none 2>&1)
 if [[ $out == *"transport to 127.0.0.1:1: TLS"* ]]; then
   echo "ok: no transport flags means TLS, never plain text"
