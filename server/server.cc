@@ -661,7 +661,11 @@ absl::StatusOr<VigilServer::ReloadResult> VigilServer::Reload(const Identity& wh
       if (!ReloadableKey(key)) result.restart_required.push_back(std::move(key));
     if (!result.applied.empty()) {
       authenticator_->Replace(next->options.auth);
-      escalation_->Reconfigure(next->options.escalation, NotificationsOf(next->options));
+      // public_url stays as it started (links, Alertmanager's generator
+      // URL): a change of it waits for the restart it is listed for.
+      NotificationOptions notifications = next->options.notifications;
+      notifications.public_url = NotificationsOf(options_).public_url;
+      escalation_->Reconfigure(next->options.escalation, std::move(notifications));
       if (rules_changed) detection_->SetRules(*next->rules);
     }
     applied_config_ = *std::move(next);
