@@ -1,5 +1,7 @@
 #include "server/config/config.h"
 
+#include "common/status_macros.h"
+
 #include "detector/detector.h"
 
 #include <fstream>
@@ -594,13 +596,18 @@ absl::StatusOr<nlohmann::json> ServerConfigReference() {
   return schema.ToJson("vigil-server");
 }
 
-absl::Status LoadServerConfigFile(const std::string& path,
-                                  ServerOptions* options) {
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   std::stringstream text;
   text << in.rdbuf();
-  return ParseServerConfigFile(path, text.str(), options);
+  return text.str();
+}
+
+absl::Status LoadServerConfigFile(const std::string& path,
+                                  ServerOptions* options) {
+  VIGIL_ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(path));
+  return ParseServerConfigFile(path, text, options);
 }
 
 absl::Status ParseServerConfigFile(const std::string& path, std::string_view text,
@@ -623,11 +630,8 @@ absl::StatusOr<RuleSet> ParseServerRules(const std::string& path, std::string_vi
 
 absl::StatusOr<RuleSet> LoadServerRules(const ServerOptions& options) {
   if (options.rules_file.empty()) return DefaultRuleSet();
-  std::ifstream in(options.rules_file);
-  if (!in) return absl::NotFoundError(absl::StrCat(options.rules_file, ": cannot read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseServerRules(options.rules_file, text.str());
+  VIGIL_ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(options.rules_file));
+  return ParseServerRules(options.rules_file, text);
 }
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {

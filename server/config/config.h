@@ -324,6 +324,10 @@ absl::Status ParseServerConfig(std::string_view text, ServerOptions* options);
 // without documenting them.
 absl::StatusOr<nlohmann::json> ServerConfigReference();
 
+// The whole text of the config or rules file at `path`; kNotFound
+// ("<path>: cannot read") when it cannot be read.
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path);
+
 // Applies `text`, read from the file at `path`, as ParseServerConfig does;
 // every error line starts with the path.
 absl::Status ParseServerConfigFile(const std::string& path, std::string_view text,

@@ -2,7 +2,6 @@
 
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -21,15 +20,6 @@ using Json = nlohmann::json;
 constexpr std::string_view kReloadableKeys[] = {
     "auth", "escalation", "notifications.receivers", "notifications.channels",
     "detection.rules_file"};
-
-// The file at `path`, or kNotFound.
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Appends to `changed` the paths below `path` whose values differ.
 void Compare(const Json& before, const Json& after, const std::string& path,
@@ -75,7 +65,7 @@ absl::StatusOr<LoadedConfig> LoadConfig(const ConfigSource& source) {
   LoadedConfig loaded;
   loaded.options = source.base;
   if (!source.file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(source.file);
+    absl::StatusOr<std::string> text = ReadConfigFile(source.file);
     if (!text.ok()) return text.status();
     VIGIL_RETURN_IF_ERROR(ParseServerConfigFile(source.file, *text, &loaded.options));
     loaded.document = Json::parse(*text, nullptr, false);
@@ -83,7 +73,7 @@ absl::StatusOr<LoadedConfig> LoadConfig(const ConfigSource& source) {
   if (source.overrides) source.overrides(&loaded.options);
   if (absl::Status s = ValidateServerOptions(loaded.options); !s.ok()) return s;
   if (const std::string& path = loaded.options.rules_file; !path.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(path);
+    absl::StatusOr<std::string> text = ReadConfigFile(path);
     if (text.ok()) {
       loaded.rules_sha256 = HexEncode(Sha256(*text));
       loaded.rules = ParseServerRules(path, *text);
