@@ -18,6 +18,7 @@ using detector_internal::kNone;
 using detector_internal::kNoStep;
 using detector_internal::kOscWindow;
 using detector_internal::kProfileSamples;
+using detector_internal::LearnState;
 using detector_internal::NodeState;
 using detector_internal::Profile;
 using detector_internal::ProfileEntry;
@@ -39,7 +40,9 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
   ++s.evaluated;
   if (step && s.first_step == kNoStep) s.first_step = *step;
   if (std::isnan(s.learn_start_ts)) s.learn_start_ts = ts;
-  if (s.learn_seen == 0 && s.stage == Stage::kLearning &&
+  if (s.learning == nullptr) s.learning = std::make_unique<LearnState>();
+  LearnState& l = *s.learning;
+  if (l.seen == 0 && s.stage == Stage::kLearning &&
       !s.traits->trending) {
     Inherit(s);
   }
@@ -52,27 +55,27 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
     keep = x - s.level;
     s.level += bo.trend_level_alpha * (x - s.level);
   }
-  if (s.learn_seen++ % s.stride == 0) {
-    s.learn.push_back(keep);
-    if (static_cast<int>(s.learn.size()) >= bo.learn_buffer) {
-      s.learn.KeepEveryOther();
+  if (l.seen++ % s.stride == 0) {
+    l.samples.push_back(keep);
+    if (static_cast<int>(l.samples.size()) >= bo.learn_buffer) {
+      l.samples.KeepEveryOther();
       s.stride *= 2;
     }
   }
   const int64_t progress =
       (step && s.first_step != kNoStep) ? *step - s.first_step : s.evaluated;
   const double elapsed = ts - s.learn_start_ts;
-  const int kept = static_cast<int>(s.learn.size());
+  const int kept = static_cast<int>(l.samples.size());
   if ((progress >= bo.learn_steps || elapsed >= bo.learn_max_s) &&
       kept >= bo.min_learn_samples) {
-    s.learn.DecodeTo(&scratch);
+    l.samples.DecodeTo(&scratch);
     double median, sigma;
     detector_internal::RobustStats(scratch, &median, &sigma);
     if (!s.traits->trending) s.level = median;
     s.spread = sigma;
     s.stage = Stage::kLearned;
     s.widen = 1;
-    s.learn.Release();
+    s.learning.reset();  // `l` is gone
     if (s.aux != kNone) {
       SeriesAux& ax = aux[s.aux];
       if (!ax.learn_diffs.empty()) {
@@ -86,8 +89,8 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
   }
   if (s.traits->trending) return false;
   if (s.stage == Stage::kInherited) {
-    if (s.learn_seen == kInheritCheckSamples) {
-      s.learn.DecodeTo(&scratch);
+    if (l.seen == kInheritCheckSamples) {
+      l.samples.DecodeTo(&scratch);
       const double own = detector_internal::MedianInPlace(scratch);
       if (std::fabs(own - s.level) > kInheritMismatchSigmas * Sigma(s)) {
         s.stage = Stage::kLearning;
@@ -101,20 +104,20 @@ bool Detector::Impl::LearnSample(SeriesState& s, double x) {
   // has grown fourfold (two or three times per series), with a widened
   // band.
   if (kept >= bo.early_min_samples && elapsed >= bo.early_min_s &&
-      (s.early_at == 0 || s.learn_seen >= 4 * s.early_at)) {
-    s.learn.DecodeTo(&scratch);
+      (l.early_at == 0 || l.seen >= 4 * l.early_at)) {
+    l.samples.DecodeTo(&scratch);
     double median, sigma;
     detector_internal::RobustStats(scratch, &median, &sigma);
     s.level = median;
     s.spread = sigma;
     const double n_eff =
-        std::min(static_cast<double>(s.learn_seen),
+        std::min(static_cast<double>(l.seen),
                  elapsed / std::max(1e-9, bo.early_decorrelation_s));
     s.widen = static_cast<float>(
         std::min(bo.early_max_widening,
                  detector_internal::BandWidening(bo.k_sigma, n_eff)));
     s.stage = Stage::kEarly;
-    s.early_at = s.learn_seen;
+    l.early_at = l.seen;
   }
   return s.usable();
 }
@@ -181,10 +184,8 @@ void Detector::Impl::Contribute(const SeriesState& s) {
 
 void Detector::Impl::Relearn(SeriesState& s) {
   s.stage = Stage::kLearning;
-  s.learn.clear();
-  s.learn_seen = 0;
+  s.learning.reset();
   s.stride = 1;
-  s.early_at = 0;
   s.widen = 1;
   s.learn_start_ts = ts;
   s.first_step = step ? *step : kNoStep;

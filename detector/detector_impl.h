@@ -87,6 +87,17 @@ enum class Stage : uint8_t {
 // One series: its traits, its input state and its detector state. Held
 // for every series a server watches (286 K at 1,250 nodes): fields are
 // ordered by size, and what few series need lives in SeriesAux.
+// What a series keeps only while it learns, allocated when it starts and
+// freed once it has learned: a learned series, which is what most of a
+// fleet's series are once their jobs have run a while, does without these
+// 48 bytes (bench/RESULTS.md, "Where a series' memory goes").
+struct LearnState {
+  LearnSamples samples;  // half precision, every stride-th sample
+  int64_t seen = 0;      // samples offered, kept or not
+  // `seen` when the early statistics were last computed.
+  int64_t early_at = 0;
+};
+
 struct SeriesState {
   // Shared by the series of one metric name (Detector::Impl::TraitsOf).
   const MetricTraits* traits = &kNoTraits;
@@ -103,15 +114,14 @@ struct SeriesState {
   int64_t first_step = kNoStep;
   double learn_start_ts = kNaN;
   int64_t evaluated = 0;
-  int64_t learn_seen = 0;
-  // learn_seen when the early statistics were last computed.
-  int64_t early_at = 0;
   double raised_ts = kNaN;  // when the baseline condition was raised
   double level = kNaN;
   double spread = 0;
   Sustain sustain;   // baseline, throughput tier 1, grad explosion, MFU
   Sustain sustain2;  // throughput tier 2, grad vanishing
-  LearnSamples learn;  // while learning (half precision)
+  // While the series learns (learning, early or inherited); none once
+  // learned, as most series are most of the time.
+  std::unique_ptr<LearnState> learning;
   int32_t gpu_label = -1;  // parsed "gpu" label, -1 when none
   int32_t stride = 1;
   // The band's widening over k_sigma (1 once learned).

@@ -33,6 +33,7 @@ using detector_internal::JobState;
 using detector_internal::kNaN;
 using detector_internal::kNone;
 using detector_internal::kNoStep;
+using detector_internal::LearnState;
 using detector_internal::NodeState;
 using detector_internal::Profile;
 using detector_internal::ProfileEntry;
@@ -178,7 +179,8 @@ std::string PairKey(std::string_view job, std::string_view node) {
 bool Detector::Impl::InSnapshot(uint32_t d) const {
   const SeriesState& s = series[d];
   if (s.id >= dense_of_id.size() || dense_of_id[s.id] != d) return false;
-  return s.stage != Stage::kLearning || !s.learn.empty();
+  return s.stage != Stage::kLearning ||
+         (s.learning != nullptr && !s.learning->samples.empty());
 }
 
 void Detector::Impl::AppendSeriesRecord(uint32_t d, std::string* out) const {
@@ -193,13 +195,15 @@ void Detector::Impl::AppendSeriesRecord(uint32_t d, std::string* out) const {
   w.Put<double>(s.learn_start_ts);
   w.Put<int64_t>(s.first_step);
   w.Put<int64_t>(s.evaluated);
-  w.Put<int64_t>(s.learn_seen);
-  w.Put<int64_t>(s.early_at);
-  const size_t step = s.learn.size() > kMaxSnapshotSamples ? 2 : 1;
+  static const LearnState kLearned;  // what a learned series writes
+  const LearnState& l = s.learning != nullptr ? *s.learning : kLearned;
+  w.Put<int64_t>(l.seen);
+  w.Put<int64_t>(l.early_at);
+  const size_t step = l.samples.size() > kMaxSnapshotSamples ? 2 : 1;
   w.Put<int32_t>(s.stride * static_cast<int32_t>(step));
   w.Put<double>(s.aux != kNone ? aux[s.aux].diff_level : kNaN);
-  w.Put<uint32_t>(static_cast<uint32_t>((s.learn.size() + step - 1) / step));
-  for (size_t i = 0; i < s.learn.size(); i += step) w.Put<float>(s.learn[i]);
+  w.Put<uint32_t>(static_cast<uint32_t>((l.samples.size() + step - 1) / step));
+  for (size_t i = 0; i < l.samples.size(); i += step) w.Put<float>(l.samples[i]);
 }
 
 void Detector::Impl::AppendSnapshotRest(std::string* out) const {
@@ -432,15 +436,19 @@ bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
   s.learn_start_ts = start;
   s.first_step = first;
   s.evaluated = evaluated;
-  s.learn_seen = seen;
-  s.early_at = early;
   s.stride = std::max(1, stride);
-  s.learn.clear();
-  s.learn.reserve(samples);  // validated against the record's size
-  for (uint32_t k = 0; k < samples; ++k) {
-    float x;
-    if (!r.Get(&x)) break;
-    s.learn.push_back(x);
+  s.learning.reset();
+  if (!s.learned()) {
+    s.learning = std::make_unique<LearnState>();
+    LearnState& l = *s.learning;
+    l.seen = seen;
+    l.early_at = early;
+    l.samples.reserve(samples);  // validated against the record's size
+    for (uint32_t k = 0; k < samples; ++k) {
+      float x;
+      if (!r.Get(&x)) break;
+      l.samples.push_back(x);
+    }
   }
   if (s.aux != kNone) aux[s.aux].diff_level = diff;
   return true;
