@@ -69,6 +69,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
@@ -283,7 +284,21 @@ struct Block {
   // Where the last piece ended: samples [0, checkpointed.count) are in
   // pieces.
   CompressedSamples::Mark checkpointed;
-  std::vector<int64_t> pieces;    // key time of each piece in the open family
+  // Key time of each piece in the open family (PieceKey), in ms after
+  // start_ms: a piece's key is the time of its last sample, which is in
+  // the block, and no block spans more than kMaxBlockSeconds (< 2^32 ms).
+  // Four fit in the slot; a block that outlives more checkpoints spills
+  // to the heap (bench/RESULTS.md, "Where a series' memory goes").
+  absl::InlinedVector<uint32_t, 4> pieces;
+  void AddPiece(int64_t key_ms) {
+    pieces.push_back(static_cast<uint32_t>(key_ms - start_ms));
+  }
+  int64_t PieceKeyMs(uint32_t piece) const { return start_ms + piece; }
+  bool HasPiece(int64_t key_ms) const {
+    return key_ms >= start_ms && key_ms - start_ms <= UINT32_MAX &&
+           std::find(pieces.begin(), pieces.end(),
+                     static_cast<uint32_t>(key_ms - start_ms)) != pieces.end();
+  }
   bool expired = false;           // left the index (all data expired)
   // False until a block of the series closed (or one was loaded): the
   // first block of a new series is cut short (FirstBlockShare).
@@ -711,7 +726,7 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
     previous_piece.assign(piece);
     previous_id = id;
     b.phased = true;
-    b.pieces.push_back(Unbiased(GetBE(k.data() + 4, 8)));
+    b.AddPiece(Unbiased(GetBE(k.data() + 4, 8)));
     for (size_t i = 0; i < ts.size(); ++i) {
       b.samples.Append(ts[i], values[i]);
       (void)ClassifySample(&b.cursor, ts[i], values[i]);
@@ -831,7 +846,8 @@ void RocksDbStore::CloseBlock(SeriesId id, Block* b,
   std::memcpy(&bits, &values.back(), sizeof bits);
   PutBE(&cursor, bits, 8);
   (void)batch->Put(cf(kOpen), CursorKey(id), cursor);
-  for (int64_t piece : b->pieces) (void)batch->Delete(cf(kOpen), PieceKey(id, piece));
+  for (uint32_t piece : b->pieces)
+    (void)batch->Delete(cf(kOpen), PieceKey(id, b->PieceKeyMs(piece)));
   b->samples.Clear();
   b->pieces.clear();
   b->checkpointed = {};
@@ -881,7 +897,7 @@ void RocksDbStore::EncodePieces(CheckpointWork& work, size_t begin,
     const int64_t key_ms = b.cursor.last_ms;
     (void)work.batch.Put(cf(kOpen), PieceKey(id, key_ms), piece);
     work.written.push_back({id, key_ms, b.checkpointed});
-    b.pieces.push_back(key_ms);  // provisional: rolled back on failure
+    b.AddPiece(key_ms);  // provisional: rolled back on failure
     b.checkpointed = b.samples.mark();
   }
 }
@@ -910,8 +926,7 @@ absl::Status RocksDbStore::FinishCheckpoint(CheckpointWork& work,
   // (it may have closed while an unlocked checkpoint wrote; that deleted
   // its pieces, and cleared them, before this one was put).
   auto holds = [this](SeriesId id, int64_t start) {
-    const std::vector<int64_t>& pieces = blocks_[id].pieces;
-    return std::find(pieces.begin(), pieces.end(), start) != pieces.end();
+    return blocks_[id].HasPiece(start);
   };
   rocksdb::WriteBatch orphans;
   if (!written.ok()) {
