@@ -430,7 +430,7 @@ void CompressedSamples::Put(uint64_t v, int n) {
     return;
   }
   // The bytes past used_bits_ are zero: OR the bits into the word there.
-  uint8_t* at = bits_.get() + (used_bits_ >> 3);
+  uint8_t* at = bits_.get() + (used_bits_ >> 3) - BaseByte();
   const int skip = static_cast<int>(used_bits_ & 7);
   const uint64_t part = v & ((uint64_t{1} << n) - 1);
   StoreBigEndian64(at, LoadBigEndian64(at) | (part << (64 - skip - n)));
@@ -438,15 +438,32 @@ void CompressedSamples::Put(uint64_t v, int n) {
 }
 
 void CompressedSamples::Reserve() {
-  const uint32_t need = (used_bits_ + kMaxSampleBits + 7) / 8 + kSlackBytes;
+  const uint32_t need =
+      (used_bits_ + kMaxSampleBits + 7) / 8 - BaseByte() + kSlackBytes;
   if (need <= capacity_) return;
   // Grow by a quarter (at least 32 bytes): little slack in a buffer of
   // which the store holds one per series. New bytes are zero.
   const uint32_t grown = std::max({need, capacity_ + capacity_ / 4, 32u});
   auto bigger = std::make_unique<uint8_t[]>(grown);
-  if (bits_ != nullptr) std::memcpy(bigger.get(), bits_.get(), (used_bits_ + 7) / 8);
+  if (bits_ != nullptr)
+    std::memcpy(bigger.get(), bits_.get(), (used_bits_ + 7) / 8 - BaseByte());
   bits_ = std::move(bigger);
   capacity_ = grown;
+}
+
+void CompressedSamples::DropBefore(Mark at) {
+  if (at.count < kept_.count || at.bit < kept_.bit || at.count > count_ ||
+      at.bit > used_bits_ || (at.count == kept_.count && at.bit == kept_.bit))
+    return;
+  // What is left, and room for the next sample, as Reserve() would make.
+  const uint32_t from = (at.bit >> 3) - BaseByte();
+  const uint32_t left = (used_bits_ + 7) / 8 - (at.bit >> 3);
+  const uint32_t size = left + (kMaxSampleBits + 7) / 8 + kSlackBytes;
+  auto smaller = std::make_unique<uint8_t[]>(size);  // zero past `left`
+  std::memcpy(smaller.get(), bits_.get() + from, left);
+  bits_ = std::move(smaller);
+  capacity_ = size;
+  kept_ = at;
 }
 
 void CompressedSamples::PutXor(uint64_t bits) {
@@ -536,9 +553,10 @@ void CompressedSamples::Append(int64_t ts_ms, double value) {
   ++count_;
 }
 
-void CompressedSamples::Decode(size_t begin, std::vector<int64_t>* ts_ms,
+bool CompressedSamples::Decode(size_t begin, std::vector<int64_t>* ts_ms,
                                std::vector<double>* values) const {
-  if (begin >= count_) return;
+  if (kept_.count > 0) return false;
+  if (begin >= count_) return true;
   ts_ms->reserve(ts_ms->size() + (count_ - begin));
   values->reserve(values->size() + (count_ - begin));
   BitReader r(bits_.get(), 0);
@@ -549,10 +567,13 @@ void CompressedSamples::Decode(size_t begin, std::vector<int64_t>* ts_ms,
                   ts_ms->push_back(ts);
                   values->push_back(std::bit_cast<double>(value));
                 });
+  return true;
 }
 
 void CompressedSamples::AppendRecordSince(Mark from, std::string* out) const {
-  if (from.count >= count_ || from.bit >= used_bits_) return;
+  if (from.count >= count_ || from.bit >= used_bits_ || from.count < kept_.count ||
+      from.bit < kept_.bit)
+    return;
   out->push_back(static_cast<char>(kRecordFormat));
   out->push_back(static_cast<char>(from.count > 0 ? kRecordContinues : 0));
   PutVarint64(out, count_ - from.count);
@@ -570,8 +591,8 @@ void CompressedSamples::AppendRecordSince(Mark from, std::string* out) const {
   PutVarint64(out, model_.mean);
   PutVarint64(out, model_.cost_delta);
   PutVarint64(out, model_.cost_dod);
-  const uint32_t first_byte = from.bit >> 3;
-  const uint32_t end_byte = (used_bits_ + 7) >> 3;
+  const uint32_t first_byte = (from.bit >> 3) - BaseByte();
+  const uint32_t end_byte = ((used_bits_ + 7) >> 3) - BaseByte();
   out->append(reinterpret_cast<const char*>(bits_.get()) + first_byte,
               end_byte - first_byte);
 }

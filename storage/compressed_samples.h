@@ -61,8 +61,10 @@ class CompressedSamples {
   // Appends one sample (any timestamp; the store's are increasing).
   void Append(int64_t ts_ms, double value);
 
-  // Appends samples [begin, size()) to `ts_ms` and `values`.
-  void Decode(size_t begin, std::vector<int64_t>* ts_ms,
+  // Appends samples [begin, size()) to `ts_ms` and `values`. False (and
+  // nothing appended) once samples were dropped (DropBefore): decoding
+  // starts at the first sample.
+  bool Decode(size_t begin, std::vector<int64_t>* ts_ms,
               std::vector<double>* values) const;
 
   // Drops every sample and frees the buffer.
@@ -75,12 +77,24 @@ class CompressedSamples {
   };
   Mark mark() const { return {used_bits_, count_}; }
 
+  // Frees the bits of the samples before `at`, a mark taken since the last
+  // Clear() and not before kept(), into a buffer sized to what is left.
+  // The caller holds those samples elsewhere (the store: in pieces it has
+  // written); the sequence still counts them (size()) and appends on, and
+  // its samples from kept() on are the record AppendRecordSince(kept())
+  // for decoding after the dropped ones. Does nothing for a mark outside
+  // [kept(), mark()].
+  void DropBefore(Mark at);
+  // The first sample whose bits are still held ({0, 0} if none dropped).
+  Mark kept() const { return kept_; }
+
   // Appends to `out` a record of the samples after `from` (a mark taken
-  // since the last Clear()): their bits as they are, and the encoder's state
+  // since the last Clear(), not before kept()): their bits as they are, and
+  // the encoder's state
   // after them, so that a sequence holding exactly the samples before
   // `from` can decode it (DecodeRecord). Costs a copy of those bits, no
   // decoding: the store checkpoints open blocks this way. Empty record (not
-  // appended) when no sample follows `from`.
+  // appended) when no sample follows `from`, or `from` is before kept().
   void AppendRecordSince(Mark from, std::string* out) const;
 
   // What a record says about itself without decoding it.
@@ -110,7 +124,8 @@ class CompressedSamples {
   // writes: a store appending to thousands of series in turn finds each
   // one's tail out of cache, and prefetches the next few while it writes.
   void PrefetchTail() const {
-    if (bits_ != nullptr) __builtin_prefetch(bits_.get() + (used_bits_ >> 3), 1);
+    if (bits_ != nullptr)
+      __builtin_prefetch(bits_.get() + (used_bits_ >> 3) - BaseByte(), 1);
   }
 
   // Bytes of the buffer (for tests and accounting).
@@ -126,11 +141,14 @@ class CompressedSamples {
   void PutDecimal(int64_t q);
   // Makes room for one more sample (at most kMaxSampleBits).
   void Reserve();
+  // The byte of the sequence that bits_[0] holds (DropBefore).
+  uint32_t BaseByte() const { return kept_.bit >> 3; }
 
   std::unique_ptr<uint8_t[]> bits_;
   uint32_t capacity_ = 0;  // bytes of bits_
-  uint32_t used_bits_ = 0;
+  uint32_t used_bits_ = 0;  // of the whole sequence, dropped bits included
   uint32_t count_ = 0;
+  Mark kept_;  // the first sample held (DropBefore)
   // The encoder's state: the last sample and the XOR window in use.
   uint8_t leading_ = 0xff;  // 0xff: no window yet
   uint8_t trailing_ = 0;

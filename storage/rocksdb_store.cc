@@ -28,7 +28,9 @@
 // of every open block as a piece, then "log_start" = the new segment, then
 // deletes older segments (Flush and close write pieces and log start in one
 // batch; the maintenance thread writes the pieces slice by slice, pacing
-// itself, and the log start last). Opening loads the pieces as open blocks
+// itself, and the log start last, and once a slice is written its blocks
+// free the samples its pieces hold: reading such a block back takes them
+// from there, ReadOpenBlock). Opening loads the pieces as open blocks
 // and replays segments from log_start; samples already in closed blocks
 // are dropped by the out-of-order policy because the cursors are restored
 // first.
@@ -65,6 +67,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -329,13 +332,19 @@ uint32_t FirstBlockShare(SeriesId id) {
   return static_cast<uint32_t>(h % 1024) + 1;
 }
 
-// Decodes samples [begin, end of block) of `block` into `ts` and `values`
-// (replacing what they held).
-void DecodeBlock(const Block& block, size_t begin, std::vector<int64_t>* ts,
+// Decodes `piece` of an open block into `ts` and `values` (replacing what
+// they held), from `seq`, a sequence holding exactly the samples of the
+// block's pieces before it (`previous` the last of them). A piece is a
+// record continuing the pieces before it; one written before records (a
+// chunk) holds its samples alone. False if it does not decode.
+bool DecodePiece(const CompressedSamples& seq, std::string_view piece,
+                 std::string_view previous, std::vector<int64_t>* ts,
                  std::vector<double>* values) {
   ts->clear();
   values->clear();
-  block.samples.Decode(begin, ts, values);
+  return CompressedSamples::PeekRecord(piece).has_value()
+             ? seq.DecodeRecord(piece, previous, ts, values)
+             : DecodeChunk(piece, ts, values).ok();
 }
 
 class RocksDbStore : public SeriesStore {
@@ -428,8 +437,19 @@ class RocksDbStore : public SeriesStore {
   // Stats(). An error is the failed write of closed blocks (owed, as for
   // Append).
   absl::Status ScanOpenBlocks() ABSL_LOCKS_EXCLUDED(mu_);
-  // Adds `block` of `id` to `batch` as a raw chunk and empties it.
-  void CloseBlock(SeriesId id, Block* block, rocksdb::WriteBatch* batch)
+  // Adds `block` of `id` to `batch` as a raw chunk and empties it. False
+  // (the block left as it is, to be closed by a later call) if its samples
+  // cannot be read back (ReadOpenBlock).
+  bool CloseBlock(SeriesId id, Block* block, rocksdb::WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decodes the open block `b` of `id` whole into `ts` and `values`
+  // (replacing what they held): the samples it no longer holds in memory
+  // (DropWritten) from its first pieces in the open family, then the rest.
+  // kDataLoss if a piece is missing or does not decode, kInternal if
+  // RocksDB fails.
+  absl::Status ReadOpenBlock(SeriesId id, const Block& b,
+                             std::vector<int64_t>* ts,
+                             std::vector<double>* values) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `batch`. On failure the batch is kept as owed and the store
   // refuses appends until TryRecover() has written it, since memory then
@@ -448,6 +468,7 @@ class RocksDbStore : public SeriesStore {
       SeriesId id;
       int64_t start;
       CompressedSamples::Mark checkpointed_before;
+      CompressedSamples::Mark checkpointed_after;
     };
     std::vector<Piece> written;
     size_t durable = 0;  // written[0, durable) are in the database
@@ -460,6 +481,14 @@ class RocksDbStore : public SeriesStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the pieces encoded so far (without the new log start).
   absl::Status WritePieces(CheckpointWork& work);
+  // Lets the blocks of the pieces work.written[begin, work.durable), now
+  // in the database, free the samples those pieces hold (DropBefore):
+  // reading the block back takes them from there (ReadOpenBlock). At
+  // 1,250 nodes a checkpoint comes every ~75 s, so an open block holds
+  // about that much in memory instead of up to block_samples
+  // (bench/RESULTS.md, "Where a series' memory goes").
+  void DropWritten(const CheckpointWork& work, size_t begin)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the batch with the new log start.
   absl::Status WriteCheckpoint(CheckpointWork& work);
   // Rolls back after a failed write, or deletes the pieces of blocks that
@@ -685,10 +714,6 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       b.phased = true;
       continue;
     }
-    ts.clear();
-    values.clear();
-    // A piece is a record continuing the pieces before it; one written
-    // before records (a chunk) holds its samples alone.
     const std::string_view piece = it->value().ToStringView();
     const std::optional<CompressedSamples::RecordInfo> record =
         CompressedSamples::PeekRecord(piece);
@@ -702,9 +727,7 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
     const std::string_view previous =
         previous_id == id && !b.samples.empty() ? std::string_view(previous_piece)
                                                 : std::string_view();
-    const bool decoded = record.has_value()
-                             ? b.samples.DecodeRecord(piece, previous, &ts, &values)
-                             : DecodeChunk(piece, &ts, &values).ok();
+    const bool decoded = DecodePiece(b.samples, piece, previous, &ts, &values);
     const int64_t block_start = b.samples.empty() && !ts.empty() ? ts[0] : b.start_ms;
     if (!decoded || std::any_of(ts.begin(), ts.end(), [&](int64_t t) {
           return t < block_start || t - block_start > TsToMillis(kMaxBlockSeconds);
@@ -831,11 +854,16 @@ void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
   }
 }
 
-void RocksDbStore::CloseBlock(SeriesId id, Block* b,
+bool RocksDbStore::CloseBlock(SeriesId id, Block* b,
                               rocksdb::WriteBatch* batch) {
   thread_local std::vector<int64_t> ts;
   thread_local std::vector<double> values;
-  DecodeBlock(*b, 0, &ts, &values);
+  if (absl::Status s = ReadOpenBlock(id, *b, &ts, &values); !s.ok()) {
+    // The database cannot give back what it took minutes ago: the block
+    // stays open (its samples appended on) until it can.
+    NoteError(s);
+    return false;
+  }
   const std::string chunk = EncodeChunk(ts, values);
   const int64_t day = DayOf(b->start_ms);
   if (day <= retention_day_) ++late_writes_;
@@ -853,6 +881,46 @@ void RocksDbStore::CloseBlock(SeriesId id, Block* b,
   b->checkpointed = {};
   b->phased = true;
   ++chunks_flushed_;
+  return true;
+}
+
+absl::Status RocksDbStore::ReadOpenBlock(SeriesId id, const Block& b,
+                                         std::vector<int64_t>* ts,
+                                         std::vector<double>* values) const {
+  ts->clear();
+  values->clear();
+  if (b.samples.Decode(0, ts, values)) return absl::OkStatus();
+  // The samples before kept() are those of the block's first pieces:
+  // decode them into `seq` as opening the store does (LoadOpenBlocks),
+  // then what memory holds, which continues them.
+  const uint32_t dropped = b.samples.kept().count;
+  CompressedSamples seq;
+  std::string piece, previous;
+  std::vector<int64_t> piece_ts;
+  std::vector<double> piece_values;
+  for (size_t p = 0; p < b.pieces.size() && seq.size() < dropped; ++p) {
+    const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), cf(kOpen),
+                                         PieceKey(id, b.PieceKeyMs(b.pieces[p])), &piece);
+    if (got.IsNotFound())
+      return absl::DataLossError(absl::StrCat("series ", id, ": piece ", p,
+                                              " of its open block is missing"));
+    VIGIL_RETURN_IF_ERROR(FromRocks(got, "cannot read a piece of an open block"));
+    if (!DecodePiece(seq, piece, previous, &piece_ts, &piece_values))
+      return absl::DataLossError(absl::StrCat("series ", id, ": piece ", p,
+                                              " of its open block does not decode"));
+    for (size_t i = 0; i < piece_ts.size(); ++i) seq.Append(piece_ts[i], piece_values[i]);
+    ts->insert(ts->end(), piece_ts.begin(), piece_ts.end());
+    values->insert(values->end(), piece_values.begin(), piece_values.end());
+    previous.swap(piece);
+  }
+  std::string rest;
+  b.samples.AppendRecordSince(b.samples.kept(), &rest);
+  if (seq.size() != dropped ||
+      (!rest.empty() && !seq.DecodeRecord(rest, previous, ts, values)) ||
+      ts->size() != b.samples.size())
+    return absl::DataLossError(absl::StrCat(
+        "series ", id, ": its open block's pieces do not continue into memory"));
+  return absl::OkStatus();
 }
 
 absl::Status RocksDbStore::WriteLocked(rocksdb::WriteBatch* batch) {
@@ -896,9 +964,18 @@ void RocksDbStore::EncodePieces(CheckpointWork& work, size_t begin,
     b.samples.AppendRecordSince(b.checkpointed, &piece);
     const int64_t key_ms = b.cursor.last_ms;
     (void)work.batch.Put(cf(kOpen), PieceKey(id, key_ms), piece);
-    work.written.push_back({id, key_ms, b.checkpointed});
+    work.written.push_back({id, key_ms, b.checkpointed, b.samples.mark()});
     b.AddPiece(key_ms);  // provisional: rolled back on failure
     b.checkpointed = b.samples.mark();
+  }
+}
+
+void RocksDbStore::DropWritten(const CheckpointWork& work, size_t begin) {
+  for (size_t i = begin; i < work.durable; ++i) {
+    const CheckpointWork::Piece& piece = work.written[i];
+    Block& b = blocks_[piece.id];
+    // Not if the block closed (and maybe opened anew) since.
+    if (b.HasPiece(piece.start)) b.samples.DropBefore(piece.checkpointed_after);
   }
 }
 
@@ -1009,7 +1086,12 @@ absl::Status RocksDbStore::CheckpointInSlices() {
       absl::MutexLock l(&mu_);
       EncodePieces(work, begin, std::min(work.ids.size(), begin + kCheckpointSlice));
     }
+    const size_t durable = work.durable;
     s = WritePieces(work);
+    if (s.ok() && work.durable > durable) {
+      absl::MutexLock l(&mu_);
+      DropWritten(work, durable);
+    }
     const double rest = std::min(kMaxRestSeconds, clock.Now() - start);
     if (rest > 0) {
       absl::MutexLock w(&wake_mu_);
@@ -1140,7 +1222,7 @@ absl::StatusOr<int64_t> RocksDbStore::SnapshotOpenBlock(
   if (b.samples.empty()) return std::numeric_limits<int64_t>::max();
   thread_local std::vector<int64_t> all_ts;
   thread_local std::vector<double> all_values;
-  DecodeBlock(b, 0, &all_ts, &all_values);
+  VIGIL_RETURN_IF_ERROR(ReadOpenBlock(id, b, &all_ts, &all_values));
   for (size_t i = 0; i < all_ts.size(); ++i) {
     if (all_ts[i] < from_ms || all_ts[i] >= to_ms) continue;
     ts->push_back(all_ts[i]);
@@ -1637,7 +1719,9 @@ absl::Status RocksDbStore::ExpireSeries(int64_t last_day) {
   VIGIL_RETURN_IF_ERROR(DbWrite(write, &batch, "cannot expire series"));
   absl::MutexLock index(&index_mu_);
   for (SeriesId id : expired) {
-    blocks_[id] = Block{.expired = true};
+    // Made anew in place: GCC 12 warns (wrongly) of a moved InlinedVector.
+    std::destroy_at(&blocks_[id]);
+    std::construct_at(&blocks_[id])->expired = true;
     index_.Expire(id);
   }
   expired_blocks_ += expired.size();
@@ -1743,8 +1827,8 @@ absl::Status RocksDbStore::ScanOpenBlocks() {
       for (; id < end && closes < kMaxClosesPerSlice; ++id) {
         Block& b = blocks_[id];
         if (b.samples.empty()) continue;
-        if (idle > 0 && now_s - int64_t{b.touched_s} >= idle) {
-          CloseBlock(id, &b, &batch);
+        if (idle > 0 && now_s - int64_t{b.touched_s} >= idle &&
+            CloseBlock(id, &b, &batch)) {
           ++closes;
           ++idle_blocks_closed_;
           continue;

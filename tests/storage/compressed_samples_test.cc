@@ -297,6 +297,54 @@ TEST(CompressedSamplesTest, RecordsSinceMarksRebuildTheSequence) {
   }
 }
 
+// A sequence that lets go of its samples up to each checkpoint's mark
+// (the store, once their record is written) appends on, writes the same
+// records as one that keeps everything, and what it still holds continues
+// the records before it; its buffer holds only that.
+TEST(CompressedSamplesTest, DroppedSamplesLeaveARecordThatContinues) {
+  std::mt19937_64 rng(29);
+  for (int round = 0; round < 100; ++round) {
+    SCOPED_TRACE(round);
+    std::vector<int64_t> ts;
+    std::vector<double> v;
+    NoisySeries(rng, 2 + static_cast<int>(rng() % 700), &ts, &v);
+    CompressedSamples whole, dropping;
+    std::vector<std::string> records;
+    CompressedSamples::Mark mark;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      whole.Append(ts[i], v[i]);
+      dropping.Append(ts[i], v[i]);
+      if (rng() % 41 != 0) continue;  // a checkpoint
+      std::string record, same;
+      whole.AppendRecordSince(mark, &record);
+      dropping.AppendRecordSince(mark, &same);
+      ASSERT_EQ(record, same);
+      records.push_back(record);
+      mark = dropping.mark();
+      dropping.DropBefore(mark);
+      EXPECT_EQ(dropping.kept().count, mark.count);
+      EXPECT_EQ(dropping.size(), whole.size());
+    }
+    if (records.empty()) continue;
+    EXPECT_LT(dropping.capacity_bytes(), whole.capacity_bytes());
+    std::vector<int64_t> ts_out;
+    std::vector<double> v_out;
+    EXPECT_FALSE(dropping.Decode(0, &ts_out, &v_out)) << "the first samples are gone";
+    EXPECT_TRUE(ts_out.empty());
+    std::string before_kept;
+    dropping.AppendRecordSince({}, &before_kept);
+    EXPECT_TRUE(before_kept.empty()) << "no record from before kept()";
+    // A mark before kept() or past the end changes nothing.
+    dropping.DropBefore({});
+    dropping.DropBefore({dropping.mark().bit + 8, dropping.mark().count + 1});
+    EXPECT_EQ(dropping.kept().count, mark.count);
+    std::string rest;
+    dropping.AppendRecordSince(dropping.kept(), &rest);
+    if (!rest.empty()) records.push_back(rest);
+    ExpectRebuilt(records, ts, v);
+  }
+}
+
 TEST(CompressedSamplesTest, RecordDecodesOnlyAfterWhatItContinues) {
   CompressedSamples samples;
   for (int i = 0; i < 10; ++i) samples.Append(1000 * i, 1.0 + i);

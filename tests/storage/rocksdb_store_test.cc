@@ -597,6 +597,56 @@ TEST_F(RocksDbStoreTest, IdleBlocksCanBeKeptOpen) {
   EXPECT_EQ(store->Stats().open_blocks, size_t{kSeries});
 }
 
+// Once a checkpoint has written an open block's samples as pieces, memory
+// lets go of them: the block is read back from its pieces and what memory
+// still holds, for queries, for its close and across a reopen, and holds
+// less than the same block kept whole.
+TEST_F(RocksDbStoreTest, OpenBlocksLetGoOfWhatCheckpointsWrote) {
+  stagger_ = false;
+  RocksDbStoreOptions options = Options();
+  options.store.block_samples = 64;
+  options.idle_block_seconds = 0;
+  options.maintenance_interval_seconds = 0.005;
+  options.frame_log_checkpoint_bytes = 50;  // a checkpoint a frame
+  RocksDbStoreOptions whole = options;
+  whole.frame_log_checkpoint_bytes = uint64_t{1} << 40;
+  whole.data_dir = dir_.path() + "/whole";
+  auto kept = Open(whole);
+  ResolveAll(kept.get());
+  {
+    auto store = Open(options);
+    ResolveAll(store.get());
+    for (int f = 0; f < 40; ++f) {
+      const uint64_t before = store->Stats().checkpoints;
+      ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+      ASSERT_TRUE(AppendFrameAt(kept.get(), f).ok());
+      ASSERT_TRUE(WaitFor([&] { return store->Stats().checkpoints > before; }));
+    }
+    // Stats count open-block bytes in the pass due every 60 s.
+    clock_.Advance(61);
+    ASSERT_TRUE(WaitFor([&] { return store->Stats().open_blocks == size_t{kSeries}; }));
+    ASSERT_TRUE(WaitFor([&] { return kept->Stats().open_blocks == size_t{kSeries}; }));
+    EXPECT_LT(store->Stats().open_block_bytes * 2, kept->Stats().open_block_bytes)
+        << "open blocks held " << store->Stats().open_block_bytes << " bytes against "
+        << kept->Stats().open_block_bytes << " kept whole";
+    EXPECT_GT(CountPieces(dir_.path(), 0), 1);
+    EXPECT_EQ(StoredFrames(store.get()), 40);
+    // Aggregates read the open block too.
+    absl::StatusOr<std::vector<Aggregate>> minutes =
+        store->QueryAggregate(1, kT0, kT0 + 40, 60);
+    ASSERT_TRUE(minutes.ok()) << minutes.status();
+    ASSERT_EQ(minutes->size(), 1u);
+    EXPECT_EQ(minutes->front().count, 40u);
+    // The blocks close at 64 samples, from their pieces and memory.
+    for (int f = 40; f < 70; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+    EXPECT_EQ(StoredFrames(store.get()), 70);
+  }
+  auto store = Open(options);
+  EXPECT_EQ(StoredFrames(store.get()), 70);
+  for (int f = 70; f < 140; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  EXPECT_EQ(StoredFrames(store.get()), 140);
+}
+
 // Checkpoints happen on the maintenance thread as the frame log grows.
 TEST_F(RocksDbStoreTest, CheckpointsRunOffTheAppendPath) {
   RocksDbStoreOptions options = Options();
