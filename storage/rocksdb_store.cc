@@ -757,6 +757,8 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
     b.checkpointed = b.samples.mark();
   }
   VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read open blocks"));
+  // What was loaded is in pieces: memory lets go of it (DropWritten).
+  for (Block& b : blocks_) b.samples.DropBefore(b.checkpointed);
   if (quarantine.Count() == 0) return absl::OkStatus();
   return FromRocks(db_->Write(rocksdb::WriteOptions(), &quarantine),
                    "cannot quarantine open blocks");
@@ -1057,6 +1059,8 @@ absl::Status RocksDbStore::Checkpoint() {
     if (work.batch.GetDataSize() >= kCheckpointBatchBytes) s = WritePieces(work);
   }
   if (s.ok()) s = WriteCheckpoint(work);
+  // What it wrote (at open: the samples replayed) need not stay in memory.
+  if (s.ok()) DropWritten(work, 0);
   return FinishCheckpoint(work, s);
 }
 
