@@ -606,6 +606,23 @@ std::optional<CompressedSamples::RecordInfo> CompressedSamples::PeekRecord(
                     .last_ts_ms = parsed.end.ts};
 }
 
+bool CompressedSamples::ContinueFrom(std::string_view record, uint32_t count) {
+  ParsedRecord parsed;
+  if (!ParseRecord(record, &parsed) || parsed.legacy || parsed.count > count ||
+      parsed.count == 0)
+    return false;
+  *this = CompressedSamples();
+  count_ = count;
+  kept_ = {0, count};  // none held: Decode() refuses, as after DropBefore
+  last_ts_ = parsed.end.ts;
+  last_delta_ = parsed.end.delta;
+  last_value_ = parsed.end.value;
+  leading_ = static_cast<uint8_t>(parsed.end.leading);
+  trailing_ = static_cast<uint8_t>(parsed.end.trailing);
+  model_ = parsed.end.model;
+  return true;
+}
+
 bool CompressedSamples::DecodeRecord(std::string_view record,
                                      std::string_view previous,
                                      std::vector<int64_t>* ts_ms,

@@ -120,6 +120,15 @@ class CompressedSamples {
                     std::vector<int64_t>* ts_ms,
                     std::vector<double>* values) const;
 
+  // Makes this a sequence of the `count` samples up to and including
+  // those of `record` (a record of the format AppendRecordSince writes
+  // now) that holds none of their bits, in the state the record ends
+  // with: DecodeRecord then decodes the record that continues it, and
+  // those before need not be appended again. False (this left as it was)
+  // if `record` is not such a record (the XOR-only format, a chunk), or
+  // holds more than `count` samples.
+  bool ContinueFrom(std::string_view record, uint32_t count);
+
   // Asks the CPU to start loading the buffer's tail, where the next Append
   // writes: a store appending to thousands of series in turn finds each
   // one's tail out of cache, and prefetches the next few while it writes.

@@ -893,14 +893,17 @@ absl::Status RocksDbStore::ReadOpenBlock(SeriesId id, const Block& b,
   values->clear();
   if (b.samples.Decode(0, ts, values)) return absl::OkStatus();
   // The samples before kept() are those of the block's first pieces:
-  // decode them into `seq` as opening the store does (LoadOpenBlocks),
-  // then what memory holds, which continues them.
+  // decode them in turn, each from the state the one before ends with,
+  // then what memory holds, which continues them. Pieces of the older
+  // formats carry no state to go on from: their samples are appended
+  // again instead, as opening the store does (LoadOpenBlocks).
   const uint32_t dropped = b.samples.kept().count;
+  uint32_t decoded = 0;
   CompressedSamples seq;
   std::string piece, previous;
   std::vector<int64_t> piece_ts;
   std::vector<double> piece_values;
-  for (size_t p = 0; p < b.pieces.size() && seq.size() < dropped; ++p) {
+  for (size_t p = 0; p < b.pieces.size() && decoded < dropped; ++p) {
     const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), cf(kOpen),
                                          PieceKey(id, b.PieceKeyMs(b.pieces[p])), &piece);
     if (got.IsNotFound())
@@ -910,14 +913,17 @@ absl::Status RocksDbStore::ReadOpenBlock(SeriesId id, const Block& b,
     if (!DecodePiece(seq, piece, previous, &piece_ts, &piece_values))
       return absl::DataLossError(absl::StrCat("series ", id, ": piece ", p,
                                               " of its open block does not decode"));
-    for (size_t i = 0; i < piece_ts.size(); ++i) seq.Append(piece_ts[i], piece_values[i]);
+    decoded += static_cast<uint32_t>(piece_ts.size());
+    if (!seq.ContinueFrom(piece, decoded)) {
+      for (size_t i = 0; i < piece_ts.size(); ++i) seq.Append(piece_ts[i], piece_values[i]);
+    }
     ts->insert(ts->end(), piece_ts.begin(), piece_ts.end());
     values->insert(values->end(), piece_values.begin(), piece_values.end());
     previous.swap(piece);
   }
   std::string rest;
   b.samples.AppendRecordSince(b.samples.kept(), &rest);
-  if (seq.size() != dropped ||
+  if (decoded != dropped || seq.size() != dropped ||
       (!rest.empty() && !seq.DecodeRecord(rest, previous, ts, values)) ||
       ts->size() != b.samples.size())
     return absl::DataLossError(absl::StrCat(

@@ -342,6 +342,25 @@ TEST(CompressedSamplesTest, DroppedSamplesLeaveARecordThatContinues) {
     dropping.AppendRecordSince(dropping.kept(), &rest);
     if (!rest.empty()) records.push_back(rest);
     ExpectRebuilt(records, ts, v);
+    // The same records decoded each from the state the one before ends
+    // with, nothing appended again (the store's reads of open blocks).
+    CompressedSamples state;
+    std::vector<int64_t> chained_ts;
+    std::vector<double> chained_v;
+    uint32_t count = 0;
+    for (const std::string& record : records) {
+      const size_t before = chained_ts.size();
+      ASSERT_TRUE(state.DecodeRecord(record, "", &chained_ts, &chained_v));
+      count += static_cast<uint32_t>(chained_ts.size() - before);
+      ASSERT_TRUE(state.ContinueFrom(record, count));
+      EXPECT_EQ(state.size(), count);
+      EXPECT_FALSE(state.Decode(0, &ts_out, &v_out)) << "it holds none of them";
+    }
+    ASSERT_EQ(chained_ts, ts);
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(Bits(chained_v[i]), Bits(v[i])) << i;
+    EXPECT_FALSE(state.ContinueFrom(records.back(), 0)) << "fewer samples than the record";
+    EXPECT_FALSE(state.ContinueFrom("not a record", 5));
+    EXPECT_EQ(state.size(), count) << "a refused record changes nothing";
   }
 }
 
