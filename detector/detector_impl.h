@@ -90,7 +90,7 @@ enum class Stage : uint8_t {
 // What a series keeps only while it learns, allocated when it starts and
 // freed once it has learned: a learned series, which is what most of a
 // fleet's series are once their jobs have run a while, does without these
-// 48 bytes (bench/RESULTS.md, "Where a series' memory goes").
+// 48 bytes (bench/RESULTS.md, "What a long-running server holds").
 struct LearnState {
   LearnSamples samples;  // half precision, every stride-th sample
   int64_t seen = 0;      // samples offered, kept or not

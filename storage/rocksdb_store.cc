@@ -291,7 +291,7 @@ struct Block {
   // start_ms: a piece's key is the time of its last sample, which is in
   // the block, and no block spans more than kMaxBlockSeconds (< 2^32 ms).
   // Four fit in the slot; a block that outlives more checkpoints spills
-  // to the heap (bench/RESULTS.md, "Where a series' memory goes").
+  // to the heap (bench/RESULTS.md, "What a long-running server holds").
   absl::InlinedVector<uint32_t, 4> pieces;
   void AddPiece(int64_t key_ms) {
     pieces.push_back(static_cast<uint32_t>(key_ms - start_ms));
@@ -484,9 +484,9 @@ class RocksDbStore : public SeriesStore {
   // Lets the blocks of the pieces work.written[begin, work.durable), now
   // in the database, free the samples those pieces hold (DropBefore):
   // reading the block back takes them from there (ReadOpenBlock). At
-  // 1,250 nodes a checkpoint comes every ~75 s, so an open block holds
+  // 1,250 nodes a checkpoint comes every ~76 s, so an open block holds
   // about that much in memory instead of up to block_samples
-  // (bench/RESULTS.md, "Where a series' memory goes").
+  // (bench/RESULTS.md, "What a long-running server holds").
   void DropWritten(const CheckpointWork& work, size_t begin)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the batch with the new log start.
