@@ -72,7 +72,6 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
@@ -287,20 +286,18 @@ struct Block {
   // Where the last piece ended: samples [0, checkpointed.count) are in
   // pieces.
   CompressedSamples::Mark checkpointed;
-  // Key time of each piece in the open family (PieceKey), in ms after
-  // start_ms: a piece's key is the time of its last sample, which is in
-  // the block, and no block spans more than kMaxBlockSeconds (< 2^32 ms).
-  // Four fit in the slot; a block that outlives more checkpoints spills
-  // to the heap (bench/RESULTS.md, "What a long-running server holds").
-  absl::InlinedVector<uint32_t, 4> pieces;
-  void AddPiece(int64_t key_ms) {
-    pieces.push_back(static_cast<uint32_t>(key_ms - start_ms));
-  }
+  // Pieces of the block in the open family. Piece k is keyed by the time
+  // start_ms + k ms (PieceKey): its first sample is at that time or later,
+  // since a piece holds at least one sample and a series' times increase,
+  // so keys stay below the next block's start, and a count is all the
+  // block keeps of them (a list of keys cost ~80 bytes a series at 1,250
+  // nodes: bench/RESULTS.md, "What a long-running server holds").
+  uint32_t pieces = 0;
   int64_t PieceKeyMs(uint32_t piece) const { return start_ms + piece; }
+  // Whether piece key time `key_ms` is one of this block's pieces (not of
+  // a block closed before it).
   bool HasPiece(int64_t key_ms) const {
-    return key_ms >= start_ms && key_ms - start_ms <= UINT32_MAX &&
-           std::find(pieces.begin(), pieces.end(),
-                     static_cast<uint32_t>(key_ms - start_ms)) != pieces.end();
+    return key_ms >= start_ms && key_ms - start_ms < pieces;
   }
   bool expired = false;           // left the index (all data expired)
   // False until a block of the series closed (or one was loaded): the
@@ -696,6 +693,26 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
   // continues (keys sort by series, then piece time).
   std::string previous_piece;
   SeriesId previous_id = 0;
+  // The keys of the pieces loaded into the block of previous_id, and
+  // whether they must be written again: pieces of an older format (a
+  // chunk, a record that carries no state to go on from), or keyed as
+  // before pieces were counted (by their last sample's time). Such a block
+  // becomes one piece of the current format under its first key, so that
+  // reading it back (ReadOpenBlock) needs only its count of pieces.
+  std::vector<std::string> loaded_keys;
+  bool rewrite = false;
+  auto finish_block = [&] {
+    Block& b = blocks_[previous_id];
+    if (rewrite && !b.samples.empty()) {
+      for (const std::string& key : loaded_keys) (void)quarantine.Delete(cf(kOpen), key);
+      std::string piece;
+      b.samples.AppendRecordSince({}, &piece);
+      (void)quarantine.Put(cf(kOpen), PieceKey(previous_id, b.start_ms), piece);
+      b.pieces = 1;
+    }
+    loaded_keys.clear();
+    rewrite = false;
+  };
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();
     if (k.size() != 4 && k.size() != 12)
@@ -738,25 +755,32 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       ++quarantined_;
       continue;
     }
-    if (ts.empty()) continue;
-    if (b.cursor.has_last && ts.back() <= b.cursor.last_ms) {
-      // A piece of a block that closed while a checkpoint wrote it (a
-      // crash before that checkpoint deleted it): the chunk has it all.
+    if (ts.empty() || (b.cursor.has_last && ts.back() <= b.cursor.last_ms)) {
+      // Holds nothing, or is a piece of a block that closed while a
+      // checkpoint wrote it (a crash before that checkpoint deleted it):
+      // the chunk has it all.
       (void)quarantine.Delete(cf(kOpen), k);
       continue;
     }
+    if (id != previous_id && !loaded_keys.empty()) finish_block();
     if (b.samples.empty()) b.start_ms = ts[0];
     previous_piece.assign(piece);
     previous_id = id;
     b.phased = true;
-    b.AddPiece(Unbiased(GetBE(k.data() + 4, 8)));
     for (size_t i = 0; i < ts.size(); ++i) {
       b.samples.Append(ts[i], values[i]);
       (void)ClassifySample(&b.cursor, ts[i], values[i]);
     }
+    CompressedSamples probe;
+    if (Unbiased(GetBE(k.data() + 4, 8)) != b.PieceKeyMs(b.pieces) ||
+        !probe.ContinueFrom(piece, static_cast<uint32_t>(b.samples.size())))
+      rewrite = true;
+    loaded_keys.push_back(k.ToString());
+    ++b.pieces;
     b.checkpointed = b.samples.mark();
   }
   VIGIL_RETURN_IF_ERROR(FromRocks(it->status(), "cannot read open blocks"));
+  if (!loaded_keys.empty()) finish_block();
   // What was loaded is in pieces: memory lets go of it (DropWritten).
   for (Block& b : blocks_) b.samples.DropBefore(b.checkpointed);
   if (quarantine.Count() == 0) return absl::OkStatus();
@@ -876,10 +900,10 @@ bool RocksDbStore::CloseBlock(SeriesId id, Block* b,
   std::memcpy(&bits, &values.back(), sizeof bits);
   PutBE(&cursor, bits, 8);
   (void)batch->Put(cf(kOpen), CursorKey(id), cursor);
-  for (uint32_t piece : b->pieces)
+  for (uint32_t piece = 0; piece < b->pieces; ++piece)
     (void)batch->Delete(cf(kOpen), PieceKey(id, b->PieceKeyMs(piece)));
   b->samples.Clear();
-  b->pieces.clear();
+  b->pieces = 0;
   b->checkpointed = {};
   b->phased = true;
   ++chunks_flushed_;
@@ -894,32 +918,43 @@ absl::Status RocksDbStore::ReadOpenBlock(SeriesId id, const Block& b,
   if (b.samples.Decode(0, ts, values)) return absl::OkStatus();
   // The samples before kept() are those of the block's first pieces:
   // decode them in turn, each from the state the one before ends with,
-  // then what memory holds, which continues them. Pieces of the older
-  // formats carry no state to go on from: their samples are appended
-  // again instead, as opening the store does (LoadOpenBlocks).
+  // then what memory holds, which continues them. All pieces are of the
+  // current format (opening the store rewrites older ones,
+  // LoadOpenBlocks), and their keys follow from the count, so they are
+  // read in one MultiGet (each SST file looked up once for all).
   const uint32_t dropped = b.samples.kept().count;
+  std::vector<std::string> keys;
+  std::vector<rocksdb::Slice> key_slices;
+  keys.reserve(b.pieces);
+  key_slices.reserve(b.pieces);
+  for (uint32_t p = 0; p < b.pieces; ++p) {
+    keys.push_back(PieceKey(id, b.PieceKeyMs(p)));
+    key_slices.emplace_back(keys.back());
+  }
+  std::vector<rocksdb::PinnableSlice> pieces(b.pieces);
+  std::vector<rocksdb::Status> got(b.pieces);
+  if (b.pieces > 0)
+    db_->MultiGet(rocksdb::ReadOptions(), cf(kOpen), b.pieces, key_slices.data(),
+                  pieces.data(), got.data(), /*sorted_input=*/true);
   uint32_t decoded = 0;
   CompressedSamples seq;
-  std::string piece, previous;
+  std::string_view previous;
   std::vector<int64_t> piece_ts;
   std::vector<double> piece_values;
-  for (size_t p = 0; p < b.pieces.size() && decoded < dropped; ++p) {
-    const rocksdb::Status got = db_->Get(rocksdb::ReadOptions(), cf(kOpen),
-                                         PieceKey(id, b.PieceKeyMs(b.pieces[p])), &piece);
-    if (got.IsNotFound())
+  for (uint32_t p = 0; p < b.pieces && decoded < dropped; ++p) {
+    if (got[p].IsNotFound())
       return absl::DataLossError(absl::StrCat("series ", id, ": piece ", p,
                                               " of its open block is missing"));
-    VIGIL_RETURN_IF_ERROR(FromRocks(got, "cannot read a piece of an open block"));
-    if (!DecodePiece(seq, piece, previous, &piece_ts, &piece_values))
+    VIGIL_RETURN_IF_ERROR(FromRocks(got[p], "cannot read a piece of an open block"));
+    const std::string_view piece = pieces[p].ToStringView();
+    if (!DecodePiece(seq, piece, previous, &piece_ts, &piece_values) ||
+        !seq.ContinueFrom(piece, decoded + static_cast<uint32_t>(piece_ts.size())))
       return absl::DataLossError(absl::StrCat("series ", id, ": piece ", p,
                                               " of its open block does not decode"));
     decoded += static_cast<uint32_t>(piece_ts.size());
-    if (!seq.ContinueFrom(piece, decoded)) {
-      for (size_t i = 0; i < piece_ts.size(); ++i) seq.Append(piece_ts[i], piece_values[i]);
-    }
     ts->insert(ts->end(), piece_ts.begin(), piece_ts.end());
     values->insert(values->end(), piece_values.begin(), piece_values.end());
-    previous.swap(piece);
+    previous = piece;
   }
   std::string rest;
   b.samples.AppendRecordSince(b.samples.kept(), &rest);
@@ -966,14 +1001,13 @@ void RocksDbStore::EncodePieces(CheckpointWork& work, size_t begin,
     const SeriesId id = work.ids[i];
     Block& b = blocks_[id];
     if (b.checkpointed.count >= b.samples.size()) continue;
-    // The bits as they are, no decoding; keyed by the last sample's time
-    // (the cursor's), which grows from piece to piece of a block.
+    // The bits as they are, no decoding.
     piece.clear();
     b.samples.AppendRecordSince(b.checkpointed, &piece);
-    const int64_t key_ms = b.cursor.last_ms;
+    const int64_t key_ms = b.PieceKeyMs(b.pieces);
     (void)work.batch.Put(cf(kOpen), PieceKey(id, key_ms), piece);
     work.written.push_back({id, key_ms, b.checkpointed, b.samples.mark()});
-    b.AddPiece(key_ms);  // provisional: rolled back on failure
+    ++b.pieces;  // provisional: rolled back on failure
     b.checkpointed = b.samples.mark();
   }
 }
@@ -1016,12 +1050,13 @@ absl::Status RocksDbStore::FinishCheckpoint(CheckpointWork& work,
   rocksdb::WriteBatch orphans;
   if (!written.ok()) {
     // The old segments stay in the replay range; undo the bookkeeping of
-    // the pieces not written (those written stay: valid pieces).
-    for (size_t i = work.durable; i < work.written.size(); ++i) {
+    // the pieces not written (those written stay: valid pieces), last
+    // first, since a block's count of pieces holds only those before.
+    for (size_t i = work.written.size(); i-- > work.durable;) {
       const CheckpointWork::Piece& piece = work.written[i];
       if (!holds(piece.id, piece.start)) continue;
       Block& b = blocks_[piece.id];
-      b.pieces.pop_back();
+      --b.pieces;
       b.checkpointed = piece.checkpointed_before;
     }
     dirty_.insert(dirty_.end(), work.ids.begin(), work.ids.end());
@@ -1729,9 +1764,8 @@ absl::Status RocksDbStore::ExpireSeries(int64_t last_day) {
   VIGIL_RETURN_IF_ERROR(DbWrite(write, &batch, "cannot expire series"));
   absl::MutexLock index(&index_mu_);
   for (SeriesId id : expired) {
-    // Made anew in place: GCC 12 warns (wrongly) of a moved InlinedVector.
-    std::destroy_at(&blocks_[id]);
-    std::construct_at(&blocks_[id])->expired = true;
+    blocks_[id] = Block();
+    blocks_[id].expired = true;
     index_.Expire(id);
   }
   expired_blocks_ += expired.size();

@@ -135,9 +135,10 @@ int CountStalePieces(const std::string& dir) {
   if (raw.db() == nullptr || open == nullptr) return -1;
   int stale = 0;
   // Keys: series id (4 bytes, big-endian) -> cursor whose first 8 bytes are
-  // the last closed sample's time; id + piece time (8 bytes: its last
-  // sample's, or for pieces written before records its first) -> piece.
-  // Times are biased big-endian, so bytes compare as times.
+  // the last closed sample's time; id + piece time (8 bytes: its block's
+  // start plus its number in ms, or in older data dirs its last sample's
+  // or its first's) -> piece. Times are biased big-endian, so bytes
+  // compare as times; a piece's time is never after its samples'.
   std::string cursor_id, cursor_last;
   std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), open));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -166,6 +167,28 @@ int CountPieces(const std::string& dir, uint32_t id) {
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next())
     pieces += it->key().size() == 12;
   return pieces;
+}
+
+// The key times (ms) of the open-block pieces of series `id` in the store
+// at `dir` (closed), in order, read behind the store's back.
+std::vector<int64_t> PieceKeyTimes(const std::string& dir, uint32_t id) {
+  RawDb raw(dir, /*read_only=*/true);
+  rocksdb::ColumnFamilyHandle* open = raw.family("open");
+  if (raw.db() == nullptr || open == nullptr) {
+    ADD_FAILURE() << "cannot open " << dir;
+    return {};
+  }
+  std::string prefix;
+  for (int shift = 24; shift >= 0; shift -= 8) prefix.push_back(static_cast<char>(id >> shift));
+  std::vector<int64_t> times;
+  std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), open));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    if (it->key().size() != 12) continue;
+    uint64_t biased = 0;
+    for (int i = 4; i < 12; ++i) biased = biased << 8 | static_cast<uint8_t>(it->key()[i]);
+    times.push_back(static_cast<int64_t>(biased ^ (uint64_t{1} << 63)));
+  }
+  return times;
 }
 
 // `v` as `bytes` big-endian bytes appended to `out`, as the store's keys.
@@ -827,6 +850,9 @@ TEST_F(RocksDbStoreTest, CorruptChunksAreQuarantinedNotFatal) {
 TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
   stagger_ = false;  // counts on where blocks end
   AppendAcrossTwoCheckpoints(5, 10);  // two pieces per series
+  // Piece k of a block is keyed by the block's start plus k ms.
+  const int64_t start_ms = static_cast<int64_t>(kT0 * 1000);
+  EXPECT_EQ(PieceKeyTimes(dir_.path(), 0), (std::vector<int64_t>{start_ms, start_ms + 1}));
   std::map<std::string, CompressedSamples> rebuilt;  // by series id
   std::map<std::string, std::string> previous;      // by series id
   int pieces = 0;
@@ -850,6 +876,10 @@ TEST_F(RocksDbStoreTest, PiecesWrittenAsChunksStillLoad) {
     EXPECT_EQ(store->Stats().chunks_quarantined, 0u);
     for (int f = 10; f < 13; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
   }  // a record continues the chunks
+  // Opening wrote the chunks again as one piece of the current format
+  // under the block's first key; the piece the close wrote follows it.
+  for (int s = 0; s < kSeries; ++s)
+    EXPECT_EQ(PieceKeyTimes(dir_.path(), s), (std::vector<int64_t>{start_ms, start_ms + 1})) << s;
   {
     auto store = Open();
     EXPECT_EQ(StoredFrames(store.get()), 13);
