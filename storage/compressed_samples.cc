@@ -510,6 +510,21 @@ void CompressedSamples::PutDecimal(int64_t q) {
   Update(model_, q, coded);
 }
 
+void CompressedSamples::Clear() {
+  const int64_t ts_ms = last_ts_;
+  const uint64_t bits = last_value_;
+  *this = CompressedSamples();
+  SetLast(ts_ms, bits);
+}
+
+void CompressedSamples::SetLast(int64_t ts_ms, uint64_t bits) {
+  if (count_ != 0) return;
+  // The encoder writes a sequence's first sample whole, reading none of
+  // its state; these two only answer last_ts_ms() and last_bits().
+  last_ts_ = ts_ms;
+  last_value_ = bits;
+}
+
 void CompressedSamples::Append(int64_t ts_ms, double value) {
   Reserve();
   const uint64_t bits = std::bit_cast<uint64_t>(value);

@@ -67,8 +67,18 @@ class CompressedSamples {
   bool Decode(size_t begin, std::vector<int64_t>* ts_ms,
               std::vector<double>* values) const;
 
-  // Drops every sample and frees the buffer.
-  void Clear() { *this = CompressedSamples(); }
+  // Drops every sample and frees the buffer. last_ts_ms() and last_bits()
+  // still give the last sample until the next Append.
+  void Clear();
+
+  // The last sample appended (its time, its value's bit pattern), also
+  // after Clear(), or the one SetLast() gave; 0 and 0 for none. The store
+  // keeps each series' last sample, its cursor, here rather than twice.
+  int64_t last_ts_ms() const { return last_ts_; }
+  uint64_t last_bits() const { return last_value_; }
+  // Makes (ts_ms, bits) what last_ts_ms() and last_bits() give until the
+  // next Append: a cursor loaded from disk. Does nothing unless empty().
+  void SetLast(int64_t ts_ms, uint64_t bits);
 
   // A point of the sequence: the samples appended before it.
   struct Mark {

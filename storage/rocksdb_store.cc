@@ -278,9 +278,8 @@ std::span<const FrameColumns> KnownSeriesOnly(
   return *out;
 }
 
-// One series' in-memory state: its cursor and its open block.
+// One series' in-memory state: its open block and its cursor.
 struct Block {
-  SeriesCursor cursor;
   int64_t start_ms = 0;           // of the first sample of `samples`
   CompressedSamples samples;      // the open block
   // Where the last piece ended: samples [0, checkpointed.count) are in
@@ -299,13 +298,21 @@ struct Block {
   bool HasPiece(int64_t key_ms) const {
     return key_ms >= start_ms && key_ms - start_ms < pieces;
   }
+  // When its last sample was accepted, in the store's clock seconds since
+  // the store opened (RocksDbStoreOptions::idle_block_seconds).
+  uint32_t touched_s = 0;
+  // Whether the series has a last sample: `samples` keeps it (its time
+  // and bits) also once the block is closed, so the cursor costs no more
+  // than this flag (152 -> 128 bytes a series).
+  bool has_last = false;
   bool expired = false;           // left the index (all data expired)
   // False until a block of the series closed (or one was loaded): the
   // first block of a new series is cut short (FirstBlockShare).
   bool phased = false;
-  // When its last sample was accepted, in the store's clock seconds since
-  // the store opened (RocksDbStoreOptions::idle_block_seconds).
-  uint32_t touched_s = 0;
+  // The last sample accepted, if any (ClassifySample).
+  SeriesCursor cursor() const {
+    return {.has_last = has_last, .last_ms = samples.last_ts_ms(), .last_bits = samples.last_bits()};
+  }
 };
 
 // How far ahead of the sample it appends ApplyFrames prefetches blocks and
@@ -725,17 +732,16 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
     if (k.size() == 4) {  // cursor of the last closed block
       const rocksdb::Slice v = it->value();
       if (v.size() != 16) return absl::DataLossError("open blocks: bad cursor");
-      b.cursor = SeriesCursor{.has_last = true,
-                              .last_ms = Unbiased(GetBE(v.data(), 8)),
-                              .last_bits = GetBE(v.data() + 8, 8)};
+      b.samples.SetLast(Unbiased(GetBE(v.data(), 8)), GetBE(v.data() + 8, 8));
+      b.has_last = true;
       b.phased = true;
       continue;
     }
     const std::string_view piece = it->value().ToStringView();
     const std::optional<CompressedSamples::RecordInfo> record =
         CompressedSamples::PeekRecord(piece);
-    if (record.has_value() && b.cursor.has_last &&
-        record->last_ts_ms <= b.cursor.last_ms && b.samples.empty()) {
+    if (record.has_value() && b.has_last &&
+        record->last_ts_ms <= b.samples.last_ts_ms() && b.samples.empty()) {
       // The piece of a block that closed while a checkpoint wrote it (see
       // below): what it continues was deleted with the block.
       (void)quarantine.Delete(cf(kOpen), k);
@@ -755,7 +761,7 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
       ++quarantined_;
       continue;
     }
-    if (ts.empty() || (b.cursor.has_last && ts.back() <= b.cursor.last_ms)) {
+    if (ts.empty() || (b.has_last && ts.back() <= b.samples.last_ts_ms())) {
       // Holds nothing, or is a piece of a block that closed while a
       // checkpoint wrote it (a crash before that checkpoint deleted it):
       // the chunk has it all.
@@ -767,10 +773,8 @@ absl::Status RocksDbStore::LoadOpenBlocks() {
     previous_piece.assign(piece);
     previous_id = id;
     b.phased = true;
-    for (size_t i = 0; i < ts.size(); ++i) {
-      b.samples.Append(ts[i], values[i]);
-      (void)ClassifySample(&b.cursor, ts[i], values[i]);
-    }
+    for (size_t i = 0; i < ts.size(); ++i) b.samples.Append(ts[i], values[i]);
+    b.has_last = true;
     CompressedSamples probe;
     if (Unbiased(GetBE(k.data() + 4, 8)) != b.PieceKeyMs(b.pieces) ||
         !probe.ContinueFrom(piece, static_cast<uint32_t>(b.samples.size())))
@@ -863,7 +867,8 @@ void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
         blocks_[frame.ids[i + kPrefetchTailsAhead]].samples.PrefetchTail();
       const SeriesId id = frame.ids[i];
       Block& b = blocks_[id];
-      const SampleVerdict v = ClassifySample(&b.cursor, ts_ms, frame.values[i]);
+      SeriesCursor cursor = b.cursor();
+      const SampleVerdict v = ClassifySample(&cursor, ts_ms, frame.values[i]);
       CountVerdict(v, result);
       if (v != SampleVerdict::kAccept) continue;
       const uint32_t share =
@@ -873,6 +878,7 @@ void RocksDbStore::ApplyFrames(std::span<const FrameColumns> frames,
       if (b.samples.empty()) b.start_ms = ts_ms;
       if (b.samples.size() == b.checkpointed.count) dirty_.push_back(id);
       b.samples.Append(ts_ms, frame.values[i]);
+      b.has_last = true;
       b.touched_s = now_s;
       if (b.samples.size() >= std::max<uint64_t>(1, uint64_t{block_samples} * share / 1024))
         CloseBlock(id, &b, batch);
@@ -1749,8 +1755,8 @@ absl::Status RocksDbStore::ExpireSeries(int64_t last_day) {
   std::vector<SeriesId> expired;
   for (SeriesId id = 0; id < blocks_.size(); ++id) {
     const Block& b = blocks_[id];
-    if (!b.expired && b.cursor.has_last && b.samples.empty() &&
-        DayOf(b.cursor.last_ms) <= last_day)
+    if (!b.expired && b.has_last && b.samples.empty() &&
+        DayOf(b.samples.last_ts_ms()) <= last_day)
       expired.push_back(id);
   }
   if (expired.empty()) return absl::OkStatus();

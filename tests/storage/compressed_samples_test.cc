@@ -121,13 +121,23 @@ TEST(CompressedSamplesTest, RandomSeriesRoundTrip) {
   }
 }
 
-TEST(CompressedSamplesTest, ClearFreesAndStartsAgain) {
+TEST(CompressedSamplesTest, ClearFreesKeepsTheLastSampleAndStartsAgain) {
   CompressedSamples samples;
   for (int i = 0; i < 100; ++i) samples.Append(1000 * i, i);
   samples.Clear();
   EXPECT_TRUE(samples.empty());
   EXPECT_EQ(samples.capacity_bytes(), 0u);
+  // The last sample is still known (the store's cursor).
+  EXPECT_EQ(samples.last_ts_ms(), 99000);
+  EXPECT_EQ(samples.last_bits(), std::bit_cast<uint64_t>(99.0));
+  samples.SetLast(7, 42);
+  EXPECT_EQ(samples.last_ts_ms(), 7);
+  EXPECT_EQ(samples.last_bits(), 42u);
   samples.Append(5, 1.5);
+  EXPECT_EQ(samples.last_ts_ms(), 5);
+  samples.SetLast(9, 43);  // not empty: ignored
+  EXPECT_EQ(samples.last_ts_ms(), 5);
+  EXPECT_EQ(samples.last_bits(), std::bit_cast<uint64_t>(1.5));
   std::vector<int64_t> ts;
   std::vector<double> v;
   samples.Decode(0, &ts, &v);
