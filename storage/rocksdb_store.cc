@@ -691,8 +691,11 @@ absl::Status RocksDbStore::LoadIndex() {
 }
 
 absl::Status RocksDbStore::LoadOpenBlocks() {
-  std::unique_ptr<rocksdb::Iterator> it(
-      db_->NewIterator(rocksdb::ReadOptions(), cf(kOpen)));
+  // One pass over the family: its blocks would only push out of RocksDB's
+  // cache what reads need later.
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, cf(kOpen)));
   std::vector<int64_t> ts;
   std::vector<double> values;
   rocksdb::WriteBatch quarantine;

@@ -77,6 +77,54 @@ class FullDiskFs : public rocksdb::FileSystemWrapper {
   };
 };
 
+// A file system whose table (.sst) files fail every read with an I/O error
+// while `unreadable` is set, as a failing disk does; files opened before
+// it was set fail too.
+class UnreadableTablesFs : public rocksdb::FileSystemWrapper {
+ public:
+  explicit UnreadableTablesFs(std::shared_ptr<rocksdb::FileSystem> base)
+      : FileSystemWrapper(std::move(base)) {}
+  const char* Name() const override { return "UnreadableTablesFs"; }
+
+  rocksdb::IOStatus NewRandomAccessFile(
+      const std::string& name, const rocksdb::FileOptions& options,
+      std::unique_ptr<rocksdb::FSRandomAccessFile>* result,
+      rocksdb::IODebugContext* dbg) override {
+    std::unique_ptr<rocksdb::FSRandomAccessFile> file;
+    rocksdb::IOStatus s = target()->NewRandomAccessFile(name, options, &file, dbg);
+    if (!s.ok()) return s;
+    if (name.ends_with(".sst"))
+      *result = std::make_unique<File>(std::move(file), &unreadable);
+    else
+      *result = std::move(file);
+    return s;
+  }
+
+  std::atomic<bool> unreadable{false};
+
+ private:
+  class File : public rocksdb::FSRandomAccessFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSRandomAccessFile> file, std::atomic<bool>* unreadable)
+        : FSRandomAccessFileOwnerWrapper(std::move(file)), unreadable_(unreadable) {}
+    rocksdb::IOStatus Read(uint64_t offset, size_t n, const rocksdb::IOOptions& options,
+                           rocksdb::Slice* result, char* scratch,
+                           rocksdb::IODebugContext* dbg) const override {
+      if (*unreadable_) return rocksdb::IOStatus::IOError("injected: unreadable");
+      return FSRandomAccessFileOwnerWrapper::Read(offset, n, options, result, scratch, dbg);
+    }
+    rocksdb::IOStatus MultiRead(rocksdb::FSReadRequest* reqs, size_t num_reqs,
+                                const rocksdb::IOOptions& options,
+                                rocksdb::IODebugContext* dbg) override {
+      if (*unreadable_) return rocksdb::IOStatus::IOError("injected: unreadable");
+      return FSRandomAccessFileOwnerWrapper::MultiRead(reqs, num_reqs, options, dbg);
+    }
+
+   private:
+    std::atomic<bool>* unreadable_;
+  };
+};
+
 // True once `done()` holds, polling for up to 20 s.
 template <typename Fn>
 bool WaitFor(Fn done) {
@@ -597,6 +645,41 @@ TEST_F(RocksDbStoreTest, IdleSeriesGiveBackTheirOpenBlocks) {
   ASSERT_TRUE(store->Append({&back, 1}, &r).ok());
   EXPECT_EQ(r.accepted, 1u);
   EXPECT_EQ(store->Query(1, 0, 1e10)->size(), 11u);
+}
+
+// An open block whose pieces cannot be read back (the disk under the
+// database fails reads) stays open when it is due to close: its samples
+// keep being appended, the store's health says why, queries of its series
+// fail rather than answer short, and once reads work again it closes with
+// every sample - nothing is lost.
+TEST_F(RocksDbStoreTest, BlockWhosePiecesCannotBeReadStaysOpen) {
+  stagger_ = false;  // counts on where blocks end
+  auto fs = std::make_shared<UnreadableTablesFs>(rocksdb::FileSystem::Default());
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fs);
+  RocksDbStoreOptions options = Options();
+  options.env = env.get();
+  options.maintenance_interval_seconds = 0.01;
+  AppendAcrossTwoCheckpoints(5, 10);  // frames 0-9 in two pieces a series
+  // Opening loads the pieces (from table files: the database's log was
+  // flushed as it opened, and the load leaves RocksDB's cache as it was)
+  // and memory lets go of them. Nothing reads them before the disk fails.
+  auto store = Open(options);
+  ASSERT_NE(store, nullptr);
+  fs->unreadable = true;
+  int f = 10;
+  for (; f < 20; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok()) << f;
+  // The blocks were due to close at their 16th sample and could not.
+  EXPECT_THAT(std::string(store->Health().message()), ::testing::HasSubstr("injected: unreadable"));
+  absl::StatusOr<std::vector<Sample>> got = store->Query(0, kT0, kT0 + 100);
+  EXPECT_FALSE(got.ok()) << "answered " << got->size() << " samples";
+  fs->unreadable = false;
+  ASSERT_TRUE(AppendFrameAt(store.get(), f++).ok());  // the blocks close
+  EXPECT_EQ(StoredFrames(store.get()), 21);
+  ASSERT_TRUE(WaitFor([&] { return store->Health().ok(); })) << store->Health();
+  store.reset();
+  for (int s = 0; s < kSeries; ++s) EXPECT_EQ(CountPieces(dir_.path(), s), 0) << s;
+  store = Open(options);
+  EXPECT_EQ(StoredFrames(store.get()), 21);
 }
 
 // With idle_block_seconds 0 open blocks stay open however long their
