@@ -202,20 +202,6 @@ int CountStalePieces(const std::string& dir) {
   return stale;
 }
 
-// Open-block pieces of series `id` in the store at `dir` (closed), read
-// behind the store's back; -1 if it cannot be read.
-int CountPieces(const std::string& dir, uint32_t id) {
-  RawDb raw(dir, /*read_only=*/true);
-  rocksdb::ColumnFamilyHandle* open = raw.family("open");
-  if (raw.db() == nullptr || open == nullptr) return -1;
-  std::string prefix;
-  for (int shift = 24; shift >= 0; shift -= 8) prefix.push_back(static_cast<char>(id >> shift));
-  int pieces = 0;
-  std::unique_ptr<rocksdb::Iterator> it(raw.db()->NewIterator(rocksdb::ReadOptions(), open));
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next())
-    pieces += it->key().size() == 12;
-  return pieces;
-}
 
 // The key times (ms) of the open-block pieces of series `id` in the store
 // at `dir` (closed), in order, read behind the store's back.
@@ -237,6 +223,11 @@ std::vector<int64_t> PieceKeyTimes(const std::string& dir, uint32_t id) {
     times.push_back(static_cast<int64_t>(biased ^ (uint64_t{1} << 63)));
   }
   return times;
+}
+
+// Open-block pieces of series `id` in the store at `dir` (closed).
+int CountPieces(const std::string& dir, uint32_t id) {
+  return static_cast<int>(PieceKeyTimes(dir, id).size());
 }
 
 // `v` as `bytes` big-endian bytes appended to `out`, as the store's keys.
