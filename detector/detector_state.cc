@@ -443,12 +443,14 @@ bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
     LearnState& l = *s.learning;
     l.seen = seen;
     l.early_at = early;
-    l.samples.reserve(samples);  // validated against the record's size
+    std::vector<float> values;
+    values.reserve(samples);  // validated against the record's size
     for (uint32_t k = 0; k < samples; ++k) {
       float x;
       if (!r.Get(&x)) break;
-      l.samples.push_back(x);
+      values.push_back(x);
     }
+    l.samples.Assign(values);
   }
   if (s.aux != kNone) aux[s.aux].diff_level = diff;
   return true;

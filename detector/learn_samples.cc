@@ -76,6 +76,7 @@ float LearnSamples::Decode(uint16_t code) const {
 }
 
 float LearnSamples::operator[](size_t i) const {
+  if (run_ != 0) return reference_;
   if (scaled_) return Decode(codes_[i]);
   uint32_t bits = static_cast<uint32_t>(codes_[2 * i]) << 16 | codes_[2 * i + 1];
   float x;
@@ -84,6 +85,38 @@ float LearnSamples::operator[](size_t i) const {
 }
 
 void LearnSamples::push_back(double x) {
+  const float f = static_cast<float>(x);
+  // A run holds one value, exactly (NaN is never equal to itself).
+  const bool exact = static_cast<double>(f) == x;
+  if (codes_.empty() && !scaled_ && exact &&
+      (run_ == 0 || std::bit_cast<uint32_t>(f) ==
+                        std::bit_cast<uint32_t>(reference_))) {
+    reference_ = f;
+    ++run_;
+    return;
+  }
+  if (run_ != 0) EndRun();
+  PushCode(x);
+}
+
+void LearnSamples::EndRun() {
+  const uint32_t n = run_;
+  const float value = reference_;
+  run_ = 0;
+  reference_ = 0;
+  // The capacity growing one value at a time would have reached (a run
+  // is shorter than Options::learn_buffer, a power of two).
+  codes_.reserve(std::bit_ceil(std::max<size_t>(n + 1, 2 * kRawValues)));
+  for (uint32_t i = 0; i < n; ++i) PushCode(value);
+}
+
+void LearnSamples::Assign(std::span<const float> values) {
+  clear();
+  for (float x : values) push_back(x);
+  codes_.shrink_to_fit();
+}
+
+void LearnSamples::PushCode(double x) {
   if (!scaled_) {
     const float f = static_cast<float>(x);
     uint32_t bits;
@@ -103,6 +136,7 @@ void LearnSamples::push_back(double x) {
 
 void LearnSamples::clear() {
   codes_.clear();
+  run_ = 0;
   reference_ = 0;
   exponent_ = 0;
   scaled_ = false;
@@ -114,6 +148,10 @@ void LearnSamples::Release() {
 }
 
 void LearnSamples::KeepEveryOther() {
+  if (run_ != 0) {
+    run_ = (run_ + 1) / 2;
+    return;
+  }
   const size_t width = scaled_ ? 1 : 2;
   const size_t kept = (size() + 1) / 2;
   for (size_t i = 0; i < kept; ++i) {

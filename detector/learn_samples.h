@@ -20,12 +20,20 @@
 // 4-byte floats until then, and again when the count of kept values
 // reaches a power of two or is halved, and when a value would overflow
 // the scale.
+//
+// Half of a training node's series hold one value while they learn (error
+// counters' rates, clocks, memory totals, power limits): a leading run of
+// equal values is kept as a count and the value, with nothing allocated,
+// and written out as codes only when a different value comes. A run holds
+// values a float keeps exactly, so its values decode as pushed, and
+// writing it out pushes them in order: the codes are what they would have
+// been without the run.
 #ifndef VIGIL_DETECTOR_LEARN_SAMPLES_H_
 #define VIGIL_DETECTOR_LEARN_SAMPLES_H_
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace vigil {
@@ -48,11 +56,18 @@ class LearnSamples {
   // The i-th kept value, as decoded (i < size()).
   float operator[](size_t i) const;
 
-  size_t size() const { return scaled_ ? codes_.size() : codes_.size() / 2; }
-  bool empty() const { return codes_.empty(); }
+  size_t size() const {
+    if (run_ != 0) return run_;
+    return scaled_ ? codes_.size() : codes_.size() / 2;
+  }
+  bool empty() const { return size() == 0; }
 
-  // Reserves room for `n` values.
-  void reserve(size_t n) { codes_.reserve(std::max(n, 2 * kRawValues)); }
+  // Replaces every value with `values`, kept in order, allocating at most
+  // once (a snapshot's samples). Never fails.
+  void Assign(std::span<const float> values);
+
+  // Bytes held on the heap: none while every value kept is equal.
+  size_t heap_bytes() const { return codes_.capacity() * sizeof(uint16_t); }
 
   // Drops every value and the scale; keeps the allocation.
   void clear();
@@ -70,6 +85,10 @@ class LearnSamples {
   // Values kept as floats (two codes each) before the first choice.
   static constexpr size_t kRawValues = 8;
 
+  // Keeps `x` as codes.
+  void PushCode(double x);
+  // Writes the run of equal values out as codes.
+  void EndRun();
   uint16_t Encode(double x) const;
   float Decode(uint16_t code) const;
   // Re-encodes every value against `reference` at scale 2^`exponent`.
@@ -88,7 +107,9 @@ class LearnSamples {
   // Half bits of (value - reference_) / 2^exponent_; before scaled_, the
   // two halves of each value's float bits.
   std::vector<uint16_t> codes_;
+  // While run_ > 0 (and codes_ is empty): the run's value.
   float reference_ = 0;
+  uint32_t run_ = 0;  // the count of the leading run of equal values
   int16_t exponent_ = 0;
   bool scaled_ = false;  // reference_ and exponent_ were chosen
 };

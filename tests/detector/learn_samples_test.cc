@@ -270,6 +270,57 @@ TEST(LearnSamplesTest, ClearForgetsTheScale) {
   EXPECT_EQ(s[0], -7.5f);
 }
 
+TEST(LearnSamplesTest, AConstantSeriesHoldsNothingOnTheHeap) {
+  LearnSamples s;
+  for (int i = 0; i < 512; ++i) s.push_back(1410.0);
+  s.KeepEveryOther();
+  for (int i = 0; i < 100; ++i) s.push_back(1410.0);
+  EXPECT_EQ(s.size(), 356u);
+  EXPECT_EQ(s.heap_bytes(), 0u);
+  EXPECT_EQ(s[0], 1410.0f);
+  EXPECT_EQ(s[355], 1410.0f);
+}
+
+TEST(LearnSamplesTest, ARunEndsIntoCodesWithItsValuesInOrder) {
+  for (int run : {1, 7, 8, 9, 255, 300}) {
+    SCOPED_TRACE(run);
+    LearnSamples s;
+    std::vector<double> raw(run, 0.0);  // an error counter's rate
+    for (double x : Normal(3.0, 0.5, 200, run)) raw.push_back(x);
+    for (double x : raw) s.push_back(x);
+    ASSERT_EQ(s.size(), raw.size());
+    EXPECT_GT(s.heap_bytes(), 0u);
+    const std::vector<double> got = Decoded(s);
+    // Each value is a deviation from a reference near 3, of 4 at most.
+    for (size_t i = 0; i < raw.size(); ++i) {
+      ASSERT_NEAR(got[i], raw[i], 4 * kRelative) << i;
+    }
+    EXPECT_NEAR(Median(got), Median(raw), Median(raw) * kRelative);
+  }
+}
+
+TEST(LearnSamplesTest, ValuesAFloatDoesNotKeepAreNeverARun) {
+  LearnSamples s;
+  for (int i = 0; i < 20; ++i) s.push_back(0.1);
+  EXPECT_GT(s.heap_bytes(), 0u);
+  for (int i = 0; i < 20; ++i) EXPECT_NEAR(s[i], 0.1, 0.1 * kRelative);
+}
+
+TEST(LearnSamplesTest, AssignKeepsRunsAndAllocatesWhatTheCodesNeed) {
+  LearnSamples s;
+  const std::vector<float> constant(300, 75.0f);
+  s.Assign(constant);
+  EXPECT_EQ(s.size(), 300u);
+  EXPECT_EQ(s.heap_bytes(), 0u);
+  std::vector<float> varied(300, 75.0f);
+  varied[150] = 80.0f;
+  s.Assign(varied);
+  ASSERT_EQ(s.size(), 300u);
+  EXPECT_EQ(s.heap_bytes(), 300 * sizeof(uint16_t));
+  EXPECT_EQ(s[149], 75.0f);
+  EXPECT_NEAR(s[150], 80.0f, 5 * kRelative);
+}
+
 }  // namespace
 }  // namespace detector_internal
 }  // namespace vigil
