@@ -76,7 +76,14 @@ float LearnSamples::Decode(uint16_t code) const {
 }
 
 float LearnSamples::operator[](size_t i) const {
-  if (run_ != 0) return reference_;
+  switch (mode_) {
+    case Mode::kRun:
+      return reference_;
+    case Mode::kTable:
+      return TableValue(i);
+    case Mode::kCoded:
+      break;
+  }
   if (scaled_) return Decode(codes_[i]);
   uint32_t bits = static_cast<uint32_t>(codes_[2 * i]) << 16 | codes_[2 * i + 1];
   float x;
@@ -85,29 +92,80 @@ float LearnSamples::operator[](size_t i) const {
 }
 
 void LearnSamples::push_back(double x) {
+  if (mode_ == Mode::kCoded) return PushCode(x);
   const float f = static_cast<float>(x);
-  // A run holds one value, exactly (NaN is never equal to itself).
-  const bool exact = static_cast<double>(f) == x;
-  if (codes_.empty() && !scaled_ && exact &&
-      (run_ == 0 || std::bit_cast<uint32_t>(f) ==
-                        std::bit_cast<uint32_t>(reference_))) {
-    reference_ = f;
-    ++run_;
-    return;
+  // Values are kept exactly only where a float holds them (NaN is never
+  // equal to itself).
+  if (static_cast<double>(f) == x) {
+    if (mode_ == Mode::kRun &&
+        (count_ == 0 ||
+         std::bit_cast<uint32_t>(f) == std::bit_cast<uint32_t>(reference_))) {
+      reference_ = f;
+      ++count_;
+      return;
+    }
+    if (mode_ == Mode::kRun) StartTable();
+    if (PushIndexed(f)) return;
   }
-  if (run_ != 0) EndRun();
+  EndExact();
   PushCode(x);
 }
 
-void LearnSamples::EndRun() {
-  const uint32_t n = run_;
-  const float value = reference_;
-  run_ = 0;
+void LearnSamples::StartTable() {
+  const uint32_t n = count_;
+  // Room for this run and one value more, from 40 codes doubling (160 at
+  // Options::learn_buffer's 512 values).
+  const size_t needed = kTableCodes + (n + 1 + 3) / 4;
+  size_t capacity = kTableCodes + 8;
+  while (capacity < needed) capacity *= 2;
+  codes_.reserve(capacity);
+  codes_.assign(kTableCodes + (n + 3) / 4, 0);  // every index 0
+  const uint32_t bits = std::bit_cast<uint32_t>(reference_);
+  codes_[0] = static_cast<uint16_t>(bits >> 16);
+  codes_[1] = static_cast<uint16_t>(bits);
+  table_size_ = 1;
   reference_ = 0;
-  // The capacity growing one value at a time would have reached (a run
-  // is shorter than Options::learn_buffer, a power of two).
-  codes_.reserve(std::bit_ceil(std::max<size_t>(n + 1, 2 * kRawValues)));
-  for (uint32_t i = 0; i < n; ++i) PushCode(value);
+  mode_ = Mode::kTable;
+}
+
+bool LearnSamples::PushIndexed(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint16_t high = static_cast<uint16_t>(bits >> 16);
+  const uint16_t low = static_cast<uint16_t>(bits);
+  size_t index = 0;
+  while (index < table_size_ &&
+         (codes_[2 * index] != high || codes_[2 * index + 1] != low)) {
+    ++index;
+  }
+  if (index == table_size_) {
+    if (table_size_ == kTableValues) return false;
+    codes_[2 * index] = high;
+    codes_[2 * index + 1] = low;
+    ++table_size_;
+  }
+  const size_t word = kTableCodes + count_ / 4;
+  if (word == codes_.size()) codes_.push_back(0);
+  codes_[word] |= static_cast<uint16_t>(index << (4 * (count_ % 4)));
+  ++count_;
+  return true;
+}
+
+float LearnSamples::TableValue(size_t i) const {
+  const size_t index = (codes_[kTableCodes + i / 4] >> (4 * (i % 4))) & 0xf;
+  return std::bit_cast<float>(static_cast<uint32_t>(codes_[2 * index]) << 16 |
+                              codes_[2 * index + 1]);
+}
+
+void LearnSamples::EndExact() {
+  std::vector<float> values(size());
+  for (size_t i = 0; i < values.size(); ++i) values[i] = (*this)[i];
+  clear();
+  mode_ = Mode::kCoded;
+  // The capacity growing one value at a time would have reached (fewer
+  // values than Options::learn_buffer, a power of two).
+  codes_.reserve(
+      std::bit_ceil(std::max<size_t>(values.size() + 1, 2 * kRawValues)));
+  for (float v : values) PushCode(v);
 }
 
 void LearnSamples::Assign(std::span<const float> values) {
@@ -136,7 +194,9 @@ void LearnSamples::PushCode(double x) {
 
 void LearnSamples::clear() {
   codes_.clear();
-  run_ = 0;
+  count_ = 0;
+  mode_ = Mode::kRun;
+  table_size_ = 0;
   reference_ = 0;
   exponent_ = 0;
   scaled_ = false;
@@ -148,8 +208,26 @@ void LearnSamples::Release() {
 }
 
 void LearnSamples::KeepEveryOther() {
-  if (run_ != 0) {
-    run_ = (run_ + 1) / 2;
+  if (mode_ != Mode::kCoded) {
+    const uint32_t kept = (count_ + 1) / 2;
+    if (mode_ == Mode::kTable) {
+      // Index i moves from nibble 2i to nibble i: never over one still
+      // to be read.
+      for (uint32_t i = 0; i < kept; ++i) {
+        const int index =
+            (codes_[kTableCodes + i / 2] >> (8 * (i % 2))) & 0xf;
+        uint16_t& word = codes_[kTableCodes + i / 4];
+        const int shift = 4 * (i % 4);
+        word = static_cast<uint16_t>((word & ~(0xf << shift)) |
+                                     index << shift);
+      }
+      codes_.resize(kTableCodes + (kept + 3) / 4);
+      // Indices are or-ed into their code: clear those past the last.
+      if (kept % 4 != 0) {
+        codes_.back() &= static_cast<uint16_t>((1u << (4 * (kept % 4))) - 1);
+      }
+    }
+    count_ = kept;
     return;
   }
   const size_t width = scaled_ ? 1 : 2;

@@ -21,13 +21,16 @@
 // reaches a power of two or is halved, and when a value would overflow
 // the scale.
 //
-// Half of a training node's series hold one value while they learn (error
-// counters' rates, clocks, memory totals, power limits): a leading run of
-// equal values is kept as a count and the value, with nothing allocated,
-// and written out as codes only when a different value comes. A run holds
-// values a float keeps exactly, so its values decode as pushed, and
-// writing it out pushes them in order: the codes are what they would have
-// been without the run.
+// Many of a training node's series hold one value while they learn (error
+// counters' rates, clocks, memory totals) or a few (temperatures, whole
+// degrees from NVML): values are kept exactly while they are few, first
+// as a run (the value and a count, nothing allocated), then as a table of
+// up to kTableValues values and a 4-bit index a value, and become codes
+// only when a value a float does not keep exactly, or one more distinct
+// value, comes. Becoming codes pushes the values kept so far in order, so
+// the codes are what they would have been from the start; and where a
+// half's 11 bits hold every deviation (small whole numbers), the values
+// decode alike either way.
 #ifndef VIGIL_DETECTOR_LEARN_SAMPLES_H_
 #define VIGIL_DETECTOR_LEARN_SAMPLES_H_
 
@@ -57,7 +60,7 @@ class LearnSamples {
   float operator[](size_t i) const;
 
   size_t size() const {
-    if (run_ != 0) return run_;
+    if (mode_ != Mode::kCoded) return count_;
     return scaled_ ? codes_.size() : codes_.size() / 2;
   }
   bool empty() const { return size() == 0; }
@@ -66,7 +69,8 @@ class LearnSamples {
   // once (a snapshot's samples). Never fails.
   void Assign(std::span<const float> values);
 
-  // Bytes held on the heap: none while every value kept is equal.
+  // Bytes held on the heap: none while every value kept is equal, 64
+  // and half a byte a value while they are a few.
   size_t heap_bytes() const { return codes_.capacity() * sizeof(uint16_t); }
 
   // Drops every value and the scale; keeps the allocation.
@@ -84,11 +88,27 @@ class LearnSamples {
  private:
   // Values kept as floats (two codes each) before the first choice.
   static constexpr size_t kRawValues = 8;
+  // Distinct values a table holds (4-bit indices), and the codes it takes:
+  // each value's float bits, then the indices, four a code.
+  static constexpr size_t kTableValues = 16;
+  static constexpr size_t kTableCodes = 2 * kTableValues;
+
+  enum class Mode : uint8_t {
+    kRun,    // count_ values equal to reference_ (none if count_ is 0)
+    kTable,  // count_ values, as indices into a table
+    kCoded,  // half codes, or raw floats before the scale is chosen
+  };
 
   // Keeps `x` as codes.
   void PushCode(double x);
-  // Writes the run of equal values out as codes.
-  void EndRun();
+  // Turns the run into a table.
+  void StartTable();
+  // Keeps `f` as an index into the table; false when the table is full.
+  bool PushIndexed(float f);
+  // The table's value of the i-th value kept.
+  float TableValue(size_t i) const;
+  // Writes the values kept exactly out as codes.
+  void EndExact();
   uint16_t Encode(double x) const;
   float Decode(uint16_t code) const;
   // Re-encodes every value against `reference` at scale 2^`exponent`.
@@ -104,14 +124,16 @@ class LearnSamples {
   // Encodes the raw floats kept so far.
   void Pack();
 
-  // Half bits of (value - reference_) / 2^exponent_; before scaled_, the
-  // two halves of each value's float bits.
+  // kCoded: half bits of (value - reference_) / 2^exponent_; before
+  // scaled_, the two halves of each value's float bits. kTable: the table
+  // and the indices.
   std::vector<uint16_t> codes_;
-  // While run_ > 0 (and codes_ is empty): the run's value.
-  float reference_ = 0;
-  uint32_t run_ = 0;  // the count of the leading run of equal values
+  float reference_ = 0;  // kRun: the run's value
+  uint32_t count_ = 0;   // kRun, kTable: values kept
   int16_t exponent_ = 0;
-  bool scaled_ = false;  // reference_ and exponent_ were chosen
+  Mode mode_ = Mode::kRun;
+  uint8_t table_size_ = 0;  // kTable: distinct values in the table
+  bool scaled_ = false;     // reference_ and exponent_ were chosen
 };
 
 }  // namespace detector_internal

@@ -306,6 +306,58 @@ TEST(LearnSamplesTest, ValuesAFloatDoesNotKeepAreNeverARun) {
   for (int i = 0; i < 20; ++i) EXPECT_NEAR(s[i], 0.1, 0.1 * kRelative);
 }
 
+// `n` whole temperatures around `centre` (NVML reports whole degrees).
+std::vector<double> Temperatures(double centre, int n, unsigned seed) {
+  std::vector<double> out = Normal(centre, 2, n, seed);
+  for (double& x : out) x = std::round(x);
+  return out;
+}
+
+TEST(LearnSamplesTest, AFewValuesAreKeptExactlyAtHalfAByteEach) {
+  LearnSamples s;
+  const std::vector<double> raw = Temperatures(65, 600, 1);
+  for (int i = 0; i < 509; ++i) s.push_back(raw[i]);
+  EXPECT_LE(s.heap_bytes(), 160 * sizeof(uint16_t));
+  for (int i = 0; i < 509; ++i) ASSERT_EQ(s[i], raw[i]) << i;
+}
+
+TEST(LearnSamplesTest, HalvingATablePacksItsIndicesAgain) {
+  LearnSamples s;
+  // All 16 values, each index standing out from the others.
+  std::vector<double> raw;
+  for (int i = 0; i < 600; ++i) raw.push_back(40 + (7 * i) % 16);
+  for (int i = 0; i < 509; ++i) s.push_back(raw[i]);
+  EXPECT_LE(s.heap_bytes(), 160 * sizeof(uint16_t));
+  for (int i = 0; i < 509; ++i) ASSERT_EQ(s[i], raw[i]) << i;
+  // 255 values, packed again in place (the last code holds three).
+  s.KeepEveryOther();
+  for (int i = 509; i < 600; ++i) s.push_back(raw[i]);
+  ASSERT_EQ(s.size(), 255u + 91u);
+  for (int i = 0; i < 255; ++i) ASSERT_EQ(s[i], raw[2 * i]) << i;
+  for (int i = 0; i < 91; ++i) ASSERT_EQ(s[255 + i], raw[509 + i]) << i;
+}
+
+TEST(LearnSamplesTest, OneValueTooManyTurnsTheTableIntoCodes) {
+  LearnSamples s;
+  std::vector<double> raw;
+  for (int i = 0; i < 100; ++i) raw.push_back(50 + i % 16);
+  raw.push_back(66);  // the seventeenth distinct value
+  for (double x : raw) s.push_back(x);
+  EXPECT_EQ(s.heap_bytes(), 128 * sizeof(uint16_t));  // 101 codes, doubling
+  // Whole deviations of at most 8 from the reference: exact in a half.
+  ASSERT_EQ(s.size(), raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) ASSERT_EQ(s[i], raw[i]) << i;
+}
+
+TEST(LearnSamplesTest, AValueAFloatDoesNotKeepTurnsTheTableIntoCodes) {
+  LearnSamples s;
+  for (int i = 0; i < 30; ++i) s.push_back(i % 2 == 0 ? 700.0 : 698.0);
+  s.push_back(699.123);
+  ASSERT_EQ(s.size(), 31u);
+  for (int i = 0; i < 30; ++i) ASSERT_EQ(s[i], i % 2 == 0 ? 700.0f : 698.0f);
+  EXPECT_NEAR(s[30], 699.123, 2 * kRelative);
+}
+
 TEST(LearnSamplesTest, AssignKeepsRunsAndAllocatesWhatTheCodesNeed) {
   LearnSamples s;
   const std::vector<float> constant(300, 75.0f);
@@ -314,11 +366,17 @@ TEST(LearnSamplesTest, AssignKeepsRunsAndAllocatesWhatTheCodesNeed) {
   EXPECT_EQ(s.heap_bytes(), 0u);
   std::vector<float> varied(300, 75.0f);
   varied[150] = 80.0f;
-  s.Assign(varied);
+  s.Assign(varied);  // a table of two values
+  ASSERT_EQ(s.size(), 300u);
+  EXPECT_EQ(s.heap_bytes(), (32 + 75) * sizeof(uint16_t));
+  EXPECT_EQ(s[149], 75.0f);
+  EXPECT_EQ(s[150], 80.0f);
+  for (int i = 0; i < 20; ++i) varied[200 + i] = 80.0f + 0.25f * i;
+  s.Assign(varied);  // more values than a table holds: codes
   ASSERT_EQ(s.size(), 300u);
   EXPECT_EQ(s.heap_bytes(), 300 * sizeof(uint16_t));
   EXPECT_EQ(s[149], 75.0f);
-  EXPECT_NEAR(s[150], 80.0f, 5 * kRelative);
+  EXPECT_EQ(s[219], 84.75f);
 }
 
 }  // namespace
