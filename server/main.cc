@@ -198,13 +198,16 @@ int main(int argc, char** argv) {
   if (options.grpc_tls.has_value() &&
       options.grpc_tls->node_identity == vigil::NodeIdentity::kCertificate)
     security += ", node names bound to certificates";
+  const vigil::VigilServer::StartupTimes& took = server.startup_times();
   std::printf("vigil-server: ingest (gRPC, %s) on %s:%d, HTTP API on "
               "http://%s:%d/ (/metrics, /api/v1/series, /api/v1/incidents), "
-              "data in %s, detection %s\n",
+              "data in %s, detection %s; started in %.1f s (store %.1f s, "
+              "incidents and detection state %.1f s)\n",
               security.c_str(), grpc_host.c_str(), server.grpc_port(),
               http_host.c_str(), server.http_port(),
               options.memory ? "memory" : options.data_dir.c_str(),
-              options.detection_enabled ? "on" : "off");
+              options.detection_enabled ? "on" : "off", took.total_s,
+              took.store_s, took.state_s);
   std::fflush(stdout);
   if (options.grpc_insecure && options.node_tokens.enabled())
     std::fprintf(stderr,

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/monotonic_clock.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "httplib.h"
@@ -139,6 +140,9 @@ VigilServer::~VigilServer() { (void)Stop(); }
 absl::Status VigilServer::Start() {
   if (store_ != nullptr)
     return absl::FailedPreconditionError("server already started");
+  // Monotonic time, not clock_: how long the process took, for its log.
+  const double started = MonotonicSeconds();
+  StartupTimes times;
   VIGIL_RETURN_IF_ERROR(ValidateServerOptions(options_));
   // Security first: a bad certificate or token file is reported before
   // anything is opened.
@@ -221,7 +225,9 @@ absl::Status VigilServer::Start() {
     rocks.frame_log_checkpoint_bytes = options_.frame_log_checkpoint_bytes;
     rocks.memtable_budget_bytes = options_.memtable_budget_bytes;
     rocks.idle_block_seconds = options_.idle_block_seconds;
+    const double opening = MonotonicSeconds();
     VIGIL_ASSIGN_OR_RETURN(store, OpenRocksDbStore(rocks));
+    times.store_s = MonotonicSeconds() - opening;
   }
   // Rollups to a remote-write endpoint: credential files are read here; the
   // sender starts with the server and stops before the store closes.
@@ -348,9 +354,11 @@ absl::Status VigilServer::Start() {
     escalation_options.fleet = FleetSafetyOf(member.get());
   }
   auto escalation = std::make_unique<EscalationService>(escalation_options);
+  const double restoring = MonotonicSeconds();
   VIGIL_RETURN_IF_ERROR(escalation->Start());
   detection->set_listener(escalation.get());
   VIGIL_RETURN_IF_ERROR(detection->Start());
+  times.state_s = MonotonicSeconds() - restoring;
   escalation->ClaimHaltIncident();
   StoreWatchOptions watch_options;
   watch_options.store = store.get();
@@ -630,6 +638,8 @@ absl::Status VigilServer::Start() {
   }
   absl::MutexLock l(&reload_mu_);
   last_reload_ok_ts_ = clock_->Now();
+  times.total_s = MonotonicSeconds() - started;
+  startup_times_ = times;
   return absl::OkStatus();
 }
 

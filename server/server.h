@@ -99,6 +99,17 @@ class VigilServer {
   // Thread-safe.
   absl::StatusOr<ReloadResult> Reload(const Identity& who);
 
+  // How long Start() took, in seconds of monotonic time, and its slow
+  // parts: opening the store (its open blocks, the frame log's replay) and
+  // bringing back incidents and what detection had learned. All 0 before
+  // Start().
+  struct StartupTimes {
+    double total_s = 0;
+    double store_s = 0;
+    double state_s = 0;
+  };
+  const StartupTimes& startup_times() const { return startup_times_; }
+
   // The bound ports (useful with port 0); 0 before Start().
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }
@@ -160,6 +171,7 @@ class VigilServer {
   std::unique_ptr<PeriodicThread> profile_sender_thread_;
   std::unique_ptr<cluster::ClusterMember> cluster_;
   int grpc_port_ = 0;
+  StartupTimes startup_times_;
   int http_port_ = 0;
 
   // Reload(): the source, the config the server started with (what

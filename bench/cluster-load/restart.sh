@@ -87,6 +87,8 @@ t0=$(date +%s.%N)
   done ) >"$out/heap.txt" &
 wait_up
 echo "up after $(awk -v t0="$t0" -v now="$(date +%s.%N)" 'BEGIN {printf "%.1f", now - t0}') s, restored=$(metric vigil_detection_restored)"
+# The server's own account of its start: the store, then incidents and detection state.
+grep -o 'started in .*)' "$out/server.log" | tail -1 | sed 's/^/  server: /'
 run_load "$after_seconds"
 echo "after ${after_seconds} s of load: rss_mib=$(rss_mib)"
 echo "acks after the restart (each load process): $(sed -n 's/.*\(ack_p50_ms=[0-9.]* ack_p99_ms=[0-9.]*\).*/\1/p' "$out"/load.*.txt | tr '\n' ' ')"
