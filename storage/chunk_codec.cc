@@ -10,8 +10,12 @@
 #include <memory>
 #include <numeric>
 
+#include "storage/varint.h"
+
 namespace vigil {
 namespace {
+
+using storage_internal::PutVarint64;
 
 // Chunk framing: one format byte, then the body (raw or zstd). Formats 1 and
 // 2 were an earlier body layout that never reached production data; they
@@ -60,13 +64,6 @@ uint64_t UnZigZag(uint64_t v) { return (v >> 1) ^ (~(v & 1) + 1); }
 // Bits needed to write `v` (0 for 0).
 int BitWidth(uint64_t v) { return static_cast<int>(std::bit_width(v)); }
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
 
 void PutFixed64BE(std::string* out, uint64_t v) {
   for (int s = 56; s >= 0; s -= 8) out->push_back(static_cast<char>(v >> s));
@@ -332,9 +329,9 @@ void PutInts(std::string* out, std::span<const uint64_t> x) {
   best.order = order;
   const size_t heads = order;
   out->push_back(static_cast<char>(best.order | (best.rice ? kRiceFlag : 0)));
-  for (size_t i = 0; i < heads; ++i) PutVarint(out, ZigZag(d[i]));
-  PutVarint(out, ZigZag(best.min));
-  PutVarint(out, best.gcd);
+  for (size_t i = 0; i < heads; ++i) PutVarint64(out, ZigZag(d[i]));
+  PutVarint64(out, ZigZag(best.min));
+  PutVarint64(out, best.gcd);
   if (!best.rice) {
     out->push_back(static_cast<char>(best.width));
     BitWriter w(out);
@@ -344,7 +341,7 @@ void PutInts(std::string* out, std::span<const uint64_t> x) {
     w.Finish();
     return;
   }
-  PutVarint(out, best.center);
+  PutVarint64(out, best.center);
   out->push_back(static_cast<char>(best.k));
   thread_local std::string bits;
   bits.clear();
@@ -362,7 +359,7 @@ void PutInts(std::string* out, std::span<const uint64_t> x) {
     }
   }
   w.Finish();
-  PutVarint(out, bits.size());
+  PutVarint64(out, bits.size());
   out->append(bits);
 }
 
@@ -516,7 +513,7 @@ void PutValues(std::string* out, std::span<const double> values) {
   }
   coded.clear();
   coded.push_back(static_cast<char>(kRuns));
-  PutVarint(&coded, runs);
+  PutVarint64(&coded, runs);
   PutInts(&coded, lengths);
   PutPlainValues(&coded, distinct);
   if (coded.size() < out->size() - start) {
@@ -619,7 +616,7 @@ std::string Frame(const std::string& body, const ChunkCodecOptions& options) {
   if (options.zstd_level > 0 && body.size() >= kMinCompressSize) {
     const size_t bound = ZSTD_compressBound(body.size());
     out.push_back(static_cast<char>(kFormatZstd));
-    PutVarint(&out, body.size());
+    PutVarint64(&out, body.size());
     const size_t start = out.size();
     out.resize(start + bound);
     const size_t n =
@@ -671,7 +668,7 @@ std::string EncodeChunk(std::span<const int64_t> ts_ms,
                         const ChunkCodecOptions& options) {
   thread_local std::string body;
   body.clear();
-  PutVarint(&body, ts_ms.size());
+  PutVarint64(&body, ts_ms.size());
   PutTimestamps(&body, ts_ms);
   PutValues(&body, values.first(ts_ms.size()));
   return Frame(body, options);
@@ -699,7 +696,7 @@ absl::Status DecodeChunk(std::string_view chunk, std::vector<int64_t>* ts_ms,
 std::string EncodeRollupChunk(std::span<const RollupPoint> points,
                               const ChunkCodecOptions& options) {
   std::string body;
-  PutVarint(&body, points.size());
+  PutVarint64(&body, points.size());
   std::vector<int64_t> minutes(points.size());
   std::vector<double> column(points.size());
   for (size_t i = 0; i < points.size(); ++i) minutes[i] = points[i].minute_ms;

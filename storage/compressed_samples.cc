@@ -6,10 +6,16 @@
 #include <cstring>
 #include <numeric>
 
+#include "storage/varint.h"
+
 namespace vigil {
 namespace {
 
 using compressed_samples_internal::ValueModel;
+using storage_internal::GetVarint64;
+using storage_internal::PutVarint64;
+using storage_internal::UnZigZag;
+using storage_internal::ZigZag;
 
 // A Rice code's unary part: this many ones (or more) is an escape, followed
 // by 1 and a value that is not a decimal of the current scale (XOR-coded),
@@ -62,14 +68,6 @@ uint8_t DetectScale(double v, int64_t* q) {
     if (ScaledInteger(v, k, q)) return static_cast<uint8_t>(k);
   }
   return ValueModel::kNoScale;
-}
-
-uint64_t ZigZag(int64_t v) {
-  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
-}
-
-int64_t UnZigZag(uint64_t u) {
-  return static_cast<int64_t>((u >> 1) ^ (~(u & 1) + 1));
 }
 
 int64_t WrappingSub(int64_t a, int64_t b) {
@@ -324,29 +322,6 @@ constexpr uint8_t kRecordContinues = 1;
 constexpr size_t kStateBytes = 3 * 8 + 2;
 // Readable bytes a record's payload gets past its end when decoded.
 constexpr size_t kRecordSlackBytes = 32;
-
-void PutVarint64(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-bool GetVarint64(std::string_view* in, uint64_t* v) {
-  uint64_t result = 0;
-  for (int shift = 0; shift <= 63 && !in->empty(); shift += 7) {
-    const uint8_t byte = static_cast<uint8_t>(in->front());
-    in->remove_prefix(1);
-    if (shift == 63 && byte > 1) return false;
-    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) {
-      *v = result;
-      return true;
-    }
-  }
-  return false;
-}
 
 bool GetVarint32(std::string_view* in, uint32_t* v) {
   uint64_t result = 0;

@@ -1,10 +1,25 @@
 // The frame log: an append-only file of Append() calls that makes acked
 // samples survive a crash until a checkpoint has put them in RocksDB.
 //
-// Record: u32 payload length, u32 CRC-32C of the payload (little-endian),
-// payload = u32 frame count, then per frame f64 ts, u32 n, n u32 series
-// ids, n f64 values. A log is a sequence of numbered segment files
-// (frames-NNNNNNNNNNNNNNNNNNNN.log); a checkpoint starts a new segment.
+// A log is a sequence of numbered segment files
+// (frames-NNNNNNNNNNNNNNNNNNNN.log); a checkpoint starts a new segment. A
+// segment is an 8-byte header ("VGFL", then u32 version 2) and records:
+// u32 payload length, u32 CRC-32C of the payload (little-endian), payload
+// = varint frame count, then per frame f64 ts, varint n, n series ids
+// (each the zigzag varint of its difference from the one before, the
+// first from 0), n values. A value is a varint whose two low bits say
+// what it is:
+//   0: an integer i, |i| < 2^53 (not -0): the varint is zigzag(i) << 2;
+//   1: a decimal i / 1000 that is not an integer (watts to the milliwatt):
+//      zigzag(i) << 2 | 1;
+//   2: a float holds it exactly: the varint is 2, then 4 bytes of the float;
+//   3: anything else (NaN payloads included): 3, then 8 bytes of the double.
+// A sample of the simulator's frames takes 4.2 bytes instead of 12; the
+// frame log is most of what a server writes to disk (docs/SCALING.md).
+//
+// Segments without the header (version 1) are still read: their payload is
+// u32 frame count, then per frame f64 ts, u32 n, n u32 series ids, n f64
+// values.
 #ifndef VIGIL_STORAGE_FRAME_LOG_H_
 #define VIGIL_STORAGE_FRAME_LOG_H_
 
@@ -32,7 +47,8 @@ absl::StatusOr<std::vector<uint64_t>> ListFrameLogSegments(
 // Appends records to one segment. Not thread-safe.
 class FrameLogWriter {
  public:
-  // Creates (truncating) segment file `path`. kInternal on I/O errors.
+  // Creates (truncating) segment file `path` and writes its header.
+  // kInternal on I/O errors.
   static absl::StatusOr<std::unique_ptr<FrameLogWriter>> Create(
       const std::string& path);
   ~FrameLogWriter();
@@ -44,7 +60,7 @@ class FrameLogWriter {
   // fails the writer refuses every later record. kInternal on I/O errors.
   absl::Status Append(std::span<const FrameColumns> frames, bool sync);
 
-  // Bytes in the segment.
+  // Bytes in the segment, its header included.
   uint64_t size() const { return size_; }
   // True once a failed write could not be undone (or a sync failed): every
   // later Append fails, and the log must move to a new segment.
@@ -69,8 +85,9 @@ struct FrameLogReplay {
 
 // Calls `apply` with the frames of each record of segment `path` in order,
 // stopping at the first incomplete or corrupt record. If `truncate_torn`,
-// the file is cut to its valid prefix. kInternal on I/O errors, or the first
-// error `apply` returns.
+// the file is cut to its valid prefix. kInternal on I/O errors;
+// kFailedPrecondition for a segment of a version this code does not know
+// (left as it is); or the first error `apply` returns.
 absl::StatusOr<FrameLogReplay> ReplayFrameLogSegment(
     const std::string& path, bool truncate_torn,
     const std::function<absl::Status(std::span<const FrameColumns>)>& apply);

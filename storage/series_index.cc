@@ -4,33 +4,17 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "storage/varint.h"
 
 namespace vigil {
 namespace {
 
-// Appends `n` as a base-128 varint (low groups first) to `out`; returns
-// the bytes written.
-size_t PutVarint(char* out, size_t n) {
-  size_t i = 0;
-  while (n >= 0x80) {
-    out[i++] = static_cast<char>(n | 0x80);
-    n >>= 7;
-  }
-  out[i++] = static_cast<char>(n);
-  return i;
-}
-
-// Reads a varint from `in`, consuming it; false when it is cut short.
+// Reads a key's field length, consuming it; false when it is cut short.
 bool GetVarint(std::string_view* in, size_t* n) {
-  *n = 0;
-  for (int shift = 0; shift <= 28; shift += 7) {
-    if (in->empty()) return false;
-    const unsigned char b = (*in)[0];
-    in->remove_prefix(1);
-    *n |= static_cast<size_t>(b & 0x7f) << shift;
-    if (!(b & 0x80)) return true;
-  }
-  return false;
+  uint64_t v;
+  if (!storage_internal::GetVarint64(in, &v) || v > UINT32_MAX) return false;
+  *n = static_cast<size_t>(v);
+  return true;
 }
 
 // Reads one length-prefixed field of an encoded key (EncodeSeriesKey's
@@ -68,8 +52,9 @@ std::optional<SeriesId> SeriesIndex::Find(std::string_view encoded) const {
 
 SeriesId SeriesIndex::Add(std::string_view encoded) {
   const SeriesId id = static_cast<SeriesId>(keys_.size());
-  char prefix[10];
-  const size_t prefix_size = PutVarint(prefix, encoded.size());
+  char prefix[storage_internal::kMaxVarint64Bytes];
+  const size_t prefix_size =
+      storage_internal::EncodeVarint64(prefix, encoded.size()) - prefix;
   auto bytes = std::make_unique_for_overwrite<char[]>(prefix_size + encoded.size());
   std::memcpy(bytes.get(), prefix, prefix_size);
   std::memcpy(bytes.get() + prefix_size, encoded.data(), encoded.size());

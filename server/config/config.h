@@ -46,7 +46,7 @@ namespace vigil {
 //    "storage": {"raw_retention_days": 7, "rollup_retention_days": 183,
 //                "sync_frame_log": false, "block_samples": 720,
 //                "block_seconds": 7200, "max_series": 10000000,
-//                "frame_log_checkpoint_mb": 256},
+//                "frame_log_checkpoint_mb": 96},
 //    "ingest": {"max_future_skew_seconds": 300, "max_message_mb": 4,
 //               "max_series_per_stream": 50000,
 //               "max_new_series_per_node": 100000,
@@ -201,8 +201,9 @@ struct ServerOptions {
   // Series beyond this count are refused (RESOURCE_EXHAUSTED).
   uint32_t max_series = 10'000'000;
   // Frame log size that triggers a checkpoint of the open blocks (a piece
-  // per open series: at 1 Hz, 256 MiB is ~75 s of a 1,250-node cluster).
-  uint64_t frame_log_checkpoint_bytes = 256ull << 20;
+  // per open series: at 1 Hz, 96 MiB is ~80 s of a 1,250-node cluster at
+  // ~4.2 bytes a sample).
+  uint64_t frame_log_checkpoint_bytes = 96ull << 20;
   // Memory all RocksDB memtables together may hold ("storage.memtable_mb";
   // 0: RocksDB's limits per column family).
   uint64_t memtable_budget_bytes = 32ull << 20;

@@ -385,7 +385,7 @@ TEST_F(RocksDbStoreTest, ReopenKeepsEverything) {
   EXPECT_EQ(StoredFrames(store.get()), 90);
   ASSERT_TRUE(store->Flush().ok());
   EXPECT_EQ(StoredFrames(store.get()), 90);
-  EXPECT_EQ(store->Stats().frame_log_bytes, 0u);
+  EXPECT_EQ(store->Stats().frame_log_bytes, 8u);  // a fresh segment's header
   EXPECT_GT(store->Stats().bytes_on_disk, 0u);
   EXPECT_GT(*store->AppendEvent(Event{.stream = "s", .ts = kT0, .seq = 0, .payload = "q"}),
             last_seq);
@@ -705,7 +705,8 @@ TEST_F(RocksDbStoreTest, OpenBlocksLetGoOfWhatCheckpointsWrote) {
   options.store.block_samples = 64;
   options.idle_block_seconds = 0;
   options.maintenance_interval_seconds = 0.005;
-  options.frame_log_checkpoint_bytes = 50;  // a checkpoint a frame
+  // A checkpoint a frame: past the 8 bytes of a fresh segment's header.
+  options.frame_log_checkpoint_bytes = 9;
   RocksDbStoreOptions whole = options;
   whole.frame_log_checkpoint_bytes = uint64_t{1} << 40;
   whole.data_dir = dir_.path() + "/whole";
@@ -764,7 +765,7 @@ TEST_F(RocksDbStoreTest, OpenBlocksLetGoOfWhatCheckpointsWrote) {
 // Checkpoints happen on the maintenance thread as the frame log grows.
 TEST_F(RocksDbStoreTest, CheckpointsRunOffTheAppendPath) {
   RocksDbStoreOptions options = Options();
-  options.frame_log_checkpoint_bytes = 1000;
+  options.frame_log_checkpoint_bytes = 400;  // ~10 frames
   std::atomic<int> committed = 0;
   std::atomic<bool> opened = false, on_append_thread = false;
   const std::thread::id self = std::this_thread::get_id();
@@ -789,7 +790,7 @@ TEST_F(RocksDbStoreTest, CheckpointsRunOffTheAppendPath) {
 // checkpoint is writing) leave no piece behind; every frame is stored once.
 TEST_F(RocksDbStoreTest, AppendsGoOnWhileACheckpointWrites) {
   RocksDbStoreOptions options = Options();
-  options.frame_log_checkpoint_bytes = 1000;
+  options.frame_log_checkpoint_bytes = 400;  // ~10 frames
   std::atomic<bool> armed = false, hooked = false;
   std::atomic<int> appended_while_writing = 0;
   SeriesStore* target = nullptr;
@@ -1082,7 +1083,7 @@ class CheckpointCrashTest
   // checkpoint number `nth`.
   [[noreturn]] void CrashAt(std::string step, int nth) {
     RocksDbStoreOptions options = Options();
-    options.frame_log_checkpoint_bytes = 1000;  // ~10 frames
+    options.frame_log_checkpoint_bytes = 400;  // ~10 frames
     int calls = 0;
     options.checkpoint_hook = [&](std::string_view s) {
       // Call 1 of each step is the checkpoint made when opening.
