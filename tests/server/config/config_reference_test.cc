@@ -62,7 +62,7 @@ TEST(ServerConfigReferenceTest, DefaultsAreTheOptionsDefaultsInTheKeysUnits) {
   EXPECT_EQ(default_of("storage.raw_retention_days"), 7);
   EXPECT_EQ(default_of("storage.rollup_retention_days"), 183);
   EXPECT_EQ(default_of("storage.memtable_mb"), o.memtable_budget_bytes >> 20);
-  EXPECT_EQ(default_of("storage.frame_log_checkpoint_mb"), 256);
+  EXPECT_EQ(default_of("storage.frame_log_checkpoint_mb"), 96);
   EXPECT_EQ(default_of("storage.idle_block_seconds"), o.idle_block_seconds);
   EXPECT_EQ(default_of("storage.idle_block_seconds"), 900);
   EXPECT_EQ(default_of("ingest.max_message_mb"), o.max_message_bytes >> 20);
