@@ -394,7 +394,9 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
     r.Positive(*s, "ingest", "first_batch_seconds", 1, 3600,
                &o->first_batch_seconds,
                "Seconds a new stream may take to send its first batch before it is "
-               "cancelled");
+               "cancelled (once the ingest thread has nothing left to read: a "
+               "batch that came in time is not cancelled for waiting behind "
+               "others)");
     r.Positive(*s, "ingest", "max_future_skew_seconds", 1, kDay,
                &o->max_future_skew_seconds,
                "Frames stamped more than this many seconds ahead of the server's "

@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "grpc/support/time.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -226,63 +227,6 @@ struct IngestService::StreamState {
   }
 };
 
-// Cancels streams whose first batch is late. One thread for all streams;
-// time is the service's clock.
-class IngestService::FirstBatchWatchdog {
- public:
-  FirstBatchWatchdog(Clock* clock, double seconds)
-      : clock_(clock), timeout_(seconds), thread_([this] { Run(); }) {}
-  ~FirstBatchWatchdog() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-  // Starts the clock of `context`'s first batch.
-  void Watch(grpc::ServerContextBase* context) {
-    std::lock_guard<std::mutex> l(mu_);
-    deadlines_[context] = clock_->Now() + timeout_;
-    wake_.notify_all();
-  }
-  // Stops it; true if the stream was cancelled for being late.
-  bool Done(grpc::ServerContextBase* context) {
-    std::lock_guard<std::mutex> l(mu_);
-    deadlines_.erase(context);
-    return cancelled_.erase(context) > 0;
-  }
-
- private:
-  void Run() {
-    std::unique_lock<std::mutex> l(mu_);
-    while (!stopping_) {
-      const double now = clock_->Now();
-      double next = now + 3600;
-      for (auto it = deadlines_.begin(); it != deadlines_.end();) {
-        if (it->second <= now) {
-          it->first->TryCancel();
-          cancelled_.insert(it->first);
-          deadlines_.erase(it++);
-        } else {
-          next = std::min(next, it->second);
-          ++it;
-        }
-      }
-      clock_->WaitUntil(l, wake_, next);
-    }
-  }
-
-  Clock* const clock_;
-  const double timeout_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  absl::flat_hash_map<grpc::ServerContextBase*, double> deadlines_;
-  absl::flat_hash_set<grpc::ServerContextBase*> cancelled_;
-  std::thread thread_;
-};
-
 IngestService::IngestService(const IngestOptions& options)
     : options_(options),
       workers_(options.observer == nullptr
@@ -291,8 +235,11 @@ IngestService::IngestService(const IngestOptions& options)
                          .workers = options.observer->shards(),
                          .queue_capacity = options.worker_queue_batches})),
       budget_(options.series_budget),
-      watchdog_(std::make_unique<FirstBatchWatchdog>(options.clock,
-                                                     options.first_batch_seconds)) {
+      watchdog_(std::make_unique<FirstBatchWatchdog>(
+          options.clock, options.first_batch_seconds,
+          [](FirstBatchWatchdog::StreamHandle stream) {
+            static_cast<grpc::ServerContextBase*>(stream)->TryCancel();
+          })) {
   options_.metrics->frame_workers.store(workers_ == nullptr ? 0 : workers_->workers());
 }
 
@@ -475,7 +422,7 @@ class IngestService::Stream {
                                        " streams at once; retry later")));
       return;
     }
-    service_.watchdog_->Watch(&context_);
+    service_.watchdog_->Watch(&context_, cq_);
     watching_ = true;
     io_.Read(&batch_, &read_);
   }
@@ -651,10 +598,20 @@ void IngestService::AddTo(grpc::ServerBuilder& builder) {
 void IngestService::Start() {
   for (const std::unique_ptr<grpc::ServerCompletionQueue>& cq : queues_) {
     RequestNextStream(cq.get());
-    threads_.emplace_back([cq = cq.get()] {
+    threads_.emplace_back([this, cq = cq.get()] {
       void* tag = nullptr;
       bool ok = false;
-      while (cq->Next(&tag, &ok)) {
+      for (;;) {
+        // The first-batch watchdog learns when the queue has nothing to
+        // do (server/ingest/first_batch_watchdog.h).
+        const grpc::CompletionQueue::NextStatus status =
+            cq->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+        if (status == grpc::CompletionQueue::SHUTDOWN) break;
+        if (status == grpc::CompletionQueue::TIMEOUT) {
+          watchdog_->QueueIdle(cq);
+          if (!cq->Next(&tag, &ok)) break;
+          watchdog_->QueueBusy(cq);
+        }
         Stream::Tag* t = static_cast<Stream::Tag*>(tag);
         t->stream->Proceed(t->op, ok);
       }

@@ -20,6 +20,7 @@
 #include "server/frame_observer.h"
 #include "server/cluster/ownership.h"
 #include "server/ingest/frame_assembler.h"
+#include "server/ingest/first_batch_watchdog.h"
 #include "server/ingest/frame_workers.h"
 #include "server/ingest/grpc_security.h"
 #include "server/ingest/ingest_metrics.h"
@@ -205,7 +206,6 @@ class IngestService final {
   grpc::Status Open(grpc::ServerContextBase* context,
                     const v1::FrameBatch& batch, StreamState* state);
 
-  class FirstBatchWatchdog;
   struct LocalStream;
 
   const IngestOptions options_;
