@@ -241,7 +241,7 @@ std::string RemoteWriteBody(const NodeLoad& load, const v1::FrameBatch& batch) {
 bool StreamNode(const std::shared_ptr<grpc::Channel>& channel,
                 const NodeLoad& load, int window, double pace_hz,
                 Steady::time_point start, std::vector<double>* latencies,
-                std::atomic<int64_t>* fault_sent_ns) {
+                std::atomic<int64_t>* fault_sent_ns, uint64_t* acked_batches) {
   auto stub = vigil::v1::Ingest::NewStub(channel);
   grpc::ClientContext ctx;
   auto stream = stub->Stream(&ctx);
@@ -286,6 +286,7 @@ bool StreamNode(const std::shared_ptr<grpc::Channel>& channel,
   stream->WritesDone();
   reader.join();
   grpc::Status status = stream->Finish();
+  *acked_batches = acked.load();
   if (!status.ok() || acked != load.batches.size()) {
     std::fprintf(stderr, "stream ended: %s (acked %lu of %zu)\n",
                  status.error_message().c_str(),

@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
   // Frame -> incident: when each faulty node's fault batch was sent, and
   // when the incidents API first listed a P0 of that node (polled).
   std::vector<std::atomic<int64_t>> fault_sent(args.nodes);
+  std::vector<uint64_t> acked_batches(args.nodes, 0);
   std::vector<int64_t> incident_seen(args.nodes, 0);
   std::atomic<bool> sending{true};
   std::thread poller([&] {
@@ -194,7 +195,7 @@ int main(int argc, char** argv) {
             std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double>(
                 args.pace_hz > 0 ? (i % 1000) / (1000.0 * args.pace_hz) : 0));
         if (!StreamNode(channel, loads[i], args.window, args.pace_hz, start,
-                        &latencies[i], &fault_sent[i]))
+                        &latencies[i], &fault_sent[i], &acked_batches[i]))
           ok = false;
       });
     }
@@ -209,6 +210,15 @@ int main(int argc, char** argv) {
   }
   double wall = std::chrono::duration<double>(Steady::now() - wall0).count();
   double cpu = ProcessCpuSeconds(server) - cpu0;
+  // What the server took: a stream it cancelled or lost sent less than
+  // its load (every batch of a node holds the same samples).
+  uint64_t acked_samples = 0;
+  int failed_streams = 0;
+  for (int i = 0; i < args.nodes; ++i) {
+    const NodeLoad& l = loads[i];
+    if (acked_batches[i] != l.batches.size()) ++failed_streams;
+    if (!l.batches.empty()) acked_samples += l.samples / l.batches.size() * acked_batches[i];
+  }
   uint64_t rss = ProcessRssBytes(server);
 
   // Query 1 h of one series (a GPU power series of node 1) through HTTP.
@@ -252,17 +262,19 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "nodes=%d frames/node=%d batch_frames=%d window=%d pace_hz=%g samples=%lu\n"
+      "acked_samples=%lu failed_streams=%d (samples per second below: acked ones)\n"
       "server_cpu_s=%.3f wall_s=%.3f samples_per_cpu_s=%.0f samples_per_wall_s=%.0f\n"
       "ack_p50_ms=%.2f ack_p99_ms=%.2f ack_steady_p50_ms=%.2f ack_steady_p99_ms=%.2f\n"
       "query_points=%zu query_p50_ms=%.3f query_p99_ms=%.3f\n"
       "disk_bytes=%lu bytes_per_sample=%.3f server_rss_mib=%.1f exit=%d stream_ok=%d\n"
       "faults=%d incidents_found=%zu frame_to_incident_p50_ms=%.1f frame_to_incident_p99_ms=%.1f\n",
       args.nodes, args.frames, args.batch_frames, args.window, args.pace_hz,
-      static_cast<unsigned long>(samples), cpu, wall, samples / cpu, samples / wall,
+      static_cast<unsigned long>(samples), static_cast<unsigned long>(acked_samples),
+      failed_streams, cpu, wall, acked_samples / cpu, acked_samples / wall,
       Percentile(all, 0.5) * 1e3, Percentile(all, 0.99) * 1e3,
       Percentile(steady, 0.5) * 1e3, Percentile(steady, 0.99) * 1e3, points,
       Percentile(query_ms, 0.5), Percentile(query_ms, 0.99),
-      static_cast<unsigned long>(disk), static_cast<double>(disk) / samples,
+      static_cast<unsigned long>(disk), static_cast<double>(disk) / acked_samples,
       rss / 1048576.0, WEXITSTATUS(wstatus), ok.load() ? 1 : 0,
       args.fault_nodes, detect_s.size(), Percentile(detect_s, 0.5) * 1e3,
       Percentile(detect_s, 0.99) * 1e3);
