@@ -470,6 +470,32 @@ TEST_F(RocksDbStoreTest, TornFrameLogTailIsCutAndReported) {
   EXPECT_EQ(store->Stats().frame_log_torn_bytes, 0u);
 }
 
+// A store closed cleanly has checkpointed everything into RocksDB and
+// leaves one segment holding only its header. A server older than the
+// version-2 log reads that header as a torn record and cuts the segment to
+// nothing, which must lose nothing (docs/ARCHITECTURE.md, the frame log).
+TEST_F(RocksDbStoreTest, AClosedStoreLeavesNothingInItsFrameLog) {
+  {
+    auto store = Open();
+    ResolveAll(store.get());
+    for (int f = 0; f < 40; ++f) ASSERT_TRUE(AppendFrameAt(store.get(), f).ok());
+  }
+  auto segments = ListFrameLogSegments(dir_.path());
+  ASSERT_TRUE(segments.ok());
+  ASSERT_EQ(segments->size(), 1u);
+  const std::string path = FrameLogSegmentPath(dir_.path(), segments->front());
+  auto replay = ReplayFrameLogSegment(
+      path, /*truncate_torn=*/false,
+      [](std::span<const FrameColumns>) { return absl::OkStatus(); });
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->records, 0u);
+  EXPECT_EQ(std::filesystem::file_size(path), 8u);  // "VGFL", version
+  std::filesystem::resize_file(path, 0);             // what an older server does
+  auto store = Open();
+  EXPECT_EQ(StoredFrames(store.get()), 40);
+  EXPECT_EQ(store->Stats().frame_log_torn_bytes, 0u);
+}
+
 // A state value that cannot be written in full (the disk fills while a
 // detection snapshot is written) leaves the last committed one whole, and
 // the next one written once space returns replaces it.
