@@ -242,6 +242,11 @@ bool StreamNode(const std::shared_ptr<grpc::Channel>& channel,
                 const NodeLoad& load, int window, double pace_hz,
                 Steady::time_point start, std::vector<double>* latencies,
                 std::atomic<int64_t>* fault_sent_ns, uint64_t* acked_batches) {
+  // The stream opens when its first batch is due, as an agent's opens when
+  // it has a frame to send: opened earlier, 1,250 client threads sharing
+  // the server's cores can write that batch past the server's first-batch
+  // deadline (ingest.first_batch_seconds), which cancels the stream.
+  std::this_thread::sleep_until(start);
   auto stub = vigil::v1::Ingest::NewStub(channel);
   grpc::ClientContext ctx;
   auto stream = stub->Stream(&ctx);
