@@ -29,7 +29,7 @@ CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1 ninja -C "$build" -j"$(nproc)" fuzzers
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(training_protocol_fuzz job_identity_fuzz chunk_fuzz open_block_fuzz replay_fuzz
-           action_request_fuzz config_fuzz frame_log_fuzz spool_fuzz promcompat_fuzz
+           action_request_fuzz config_fuzz frame_log_fuzz learn_samples_fuzz spool_fuzz promcompat_fuzz
            ingest_fuzz http_query_fuzz remote_write_fuzz alert_intake_fuzz)
 fi
 jobs=${VIGIL_FUZZ_JOBS:-1}

@@ -3,12 +3,15 @@
 // profiles, and the runs in progress, so that a server restart (or a crash)
 // does not send every running job back to learning.
 //
-// Format (little-endian): "VGDS", u32 version (2), then sections:
+// Format (little-endian): "VGDS", u32 version (3), then sections:
 //   series:   groups of u32 n > 0 records, ended by a u32 0 (version 1: one
 //             u32 count and its records); a record is
 //             u32 id, u64 key hash, u8 stage, f32 widen, f64 level, spread,
 //             learn_start_ts, i64 first_step, evaluated, learn_seen,
-//             early_at, i32 stride, f64 diff_level, u32 n + n f32 samples;
+//             early_at, i32 stride, f64 diff_level, then a learning
+//             series' samples as LearnSamples::SaveTo writes them (the
+//             values exactly, or their scale and half codes; versions 1
+//             and 2: u32 n + n f32 samples, at most every other one);
 //             of two records of one id the later one counts
 // and then u32 counts of:
 //   profiles: str name, i32 nodes, u32 n x (str metric, u32 m x (f32, f32))
@@ -33,6 +36,7 @@ using detector_internal::JobState;
 using detector_internal::kNaN;
 using detector_internal::kNone;
 using detector_internal::kNoStep;
+using detector_internal::LearnSamples;
 using detector_internal::LearnState;
 using detector_internal::NodeState;
 using detector_internal::Profile;
@@ -43,15 +47,18 @@ using detector_internal::Stage;
 namespace {
 
 constexpr char kMagic[] = "VGDS";
-// Version 2 writes series in groups, so that a snapshot can be written in
-// parts (Detector::SaveStatePart); version 1 snapshots still restore.
-constexpr uint32_t kVersion = 2;
+// Version 3 keeps a learning series' samples as the detector holds them
+// (a run of one value in 9 bytes, half codes in 2 bytes a sample) instead
+// of up to 256 floats; version 2 writes series in groups, so that a
+// snapshot can be written in parts (Detector::SaveStatePart). Versions 1
+// and 2 still restore.
+constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersionFloatSamples = 2;
 constexpr uint32_t kVersionOneCount = 1;
-// The least bytes of a series record (no samples).
-constexpr size_t kSeriesRecordBytes = 4 + 8 + 1 + 4 + 8 * 3 + 8 * 4 + 4 + 8 + 4;
-// Samples of a learning series kept in a snapshot at most (every other one
-// beyond): enough to resume learning, small enough for millions of series.
-constexpr size_t kMaxSnapshotSamples = 128;
+// The bytes of a series record before its samples, and the least bytes of
+// one.
+constexpr size_t kSeriesFixedBytes = 4 + 8 + 1 + 4 + 8 * 3 + 8 * 4 + 4 + 8;
+constexpr size_t kSeriesRecordBytes = kSeriesFixedBytes + 1;
 
 class Writer {
  public:
@@ -98,6 +105,10 @@ class Reader {
     if (!Get(n)) return false;
     if (static_cast<uint64_t>(*n) * item_bytes > in_.size()) return Fail();
     return true;
+  }
+  // A learning series' samples (LearnSamples::SaveTo).
+  bool Samples(LearnSamples* samples) {
+    return samples->LoadFrom(&in_) || Fail();
   }
   bool ok() const { return ok_; }
   bool done() const { return in_.empty(); }
@@ -199,11 +210,9 @@ void Detector::Impl::AppendSeriesRecord(uint32_t d, std::string* out) const {
   const LearnState& l = s.learning != nullptr ? *s.learning : kLearned;
   w.Put<int64_t>(l.seen);
   w.Put<int64_t>(l.early_at);
-  const size_t step = l.samples.size() > kMaxSnapshotSamples ? 2 : 1;
-  w.Put<int32_t>(s.stride * static_cast<int32_t>(step));
+  w.Put<int32_t>(s.stride);
   w.Put<double>(s.aux != kNone ? aux[s.aux].diff_level : kNaN);
-  w.Put<uint32_t>(static_cast<uint32_t>((l.samples.size() + step - 1) / step));
-  for (size_t i = 0; i < l.samples.size(); i += step) w.Put<float>(l.samples[i]);
+  l.samples.SaveTo(out);
 }
 
 void Detector::Impl::AppendSnapshotRest(std::string* out) const {
@@ -301,11 +310,11 @@ void Detector::SaveStatePart(SnapshotCursor* cursor, size_t max_bytes,
 
 namespace {
 
-// Reads one series record (WriteSeries) into `blob`, as written; false for
-// a truncated or corrupt one.
-bool ReadSeriesRecord(Reader& r, std::string* blob) {
+// Reads one series record of snapshot version `version` into `blob`, as
+// this version writes it; false for a truncated or corrupt one.
+bool ReadSeriesRecord(Reader& r, uint32_t version, std::string* blob) {
   Writer w(blob);
-  uint32_t id, samples;
+  uint32_t id;
   uint64_t hash;
   uint8_t stage;
   float widen;
@@ -316,17 +325,25 @@ bool ReadSeriesRecord(Reader& r, std::string* blob) {
       !r.Get(&level) || !r.Get(&spread) || !r.Get(&start) ||
       !r.Get(&first) || !r.Get(&evaluated) || !r.Get(&seen) ||
       !r.Get(&early) || !r.Get(&stride) || !r.Get(&diff) ||
-      !r.Count(&samples, 4) || stage > static_cast<uint8_t>(Stage::kLearned)) {
+      stage > static_cast<uint8_t>(Stage::kLearned)) {
     return false;
   }
   w.Put(id), w.Put(hash), w.Put(stage), w.Put(widen), w.Put(level);
   w.Put(spread), w.Put(start), w.Put(first), w.Put(evaluated), w.Put(seen);
-  w.Put(early), w.Put(stride), w.Put(diff), w.Put(samples);
-  for (uint32_t k = 0; k < samples; ++k) {
-    float x;
-    if (!r.Get(&x)) return false;
-    w.Put(x);
+  w.Put(early), w.Put(stride), w.Put(diff);
+  LearnSamples samples;
+  if (version > kVersionFloatSamples) {
+    if (!r.Samples(&samples)) return false;
+  } else {
+    uint32_t n;
+    if (!r.Count(&n, 4)) return false;
+    std::vector<float> values(n);
+    for (float& x : values) {
+      if (!r.Get(&x)) return false;
+    }
+    samples.Assign(values);
   }
+  samples.SaveTo(blob);
   return true;
 }
 
@@ -340,7 +357,7 @@ absl::Status Detector::RestoreState(std::string_view data) {
   Reader r(data.substr(4));
   uint32_t version;
   if (!r.Get(&version)) return absl::DataLossError("truncated snapshot");
-  if (version != kVersion && version != kVersionOneCount) {
+  if (version < kVersionOneCount || version > kVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat("detector snapshot version ", version, ", expected ",
                      kVersion));
@@ -355,7 +372,7 @@ absl::Status Detector::RestoreState(std::string_view data) {
     if (n == 0 && version != kVersionOneCount) break;
     for (uint32_t i = 0; i < n; ++i) {
       std::string blob;
-      if (!ReadSeriesRecord(r, &blob)) {
+      if (!ReadSeriesRecord(r, version, &blob)) {
         return absl::DataLossError("corrupt snapshot (series)");
       }
       uint32_t id;
@@ -416,7 +433,7 @@ absl::Status Detector::RestoreState(std::string_view data) {
 bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
   Reader r(blob);
   SeriesState& s = series[dense];
-  uint32_t id = 0, samples = 0;
+  uint32_t id = 0;
   uint64_t hash = 0;
   uint8_t stage = 0;
   float widen = 1;
@@ -425,7 +442,7 @@ bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
   int32_t stride = 1;
   r.Get(&id), r.Get(&hash), r.Get(&stage), r.Get(&widen), r.Get(&level);
   r.Get(&spread), r.Get(&start), r.Get(&first), r.Get(&evaluated);
-  r.Get(&seen), r.Get(&early), r.Get(&stride), r.Get(&diff), r.Get(&samples);
+  r.Get(&seen), r.Get(&early), r.Get(&stride), r.Get(&diff);
   // The store reuses no id for another key; a mismatch means a snapshot of
   // another store: learn afresh.
   if (!r.ok() || hash != KeyHash(KeyOf(dense))) return false;
@@ -443,14 +460,7 @@ bool Detector::Impl::ApplySeries(uint32_t dense, std::string_view blob) {
     LearnState& l = *s.learning;
     l.seen = seen;
     l.early_at = early;
-    std::vector<float> values;
-    values.reserve(samples);  // validated against the record's size
-    for (uint32_t k = 0; k < samples; ++k) {
-      float x;
-      if (!r.Get(&x)) break;
-      values.push_back(x);
-    }
-    l.samples.Assign(values);
+    r.Samples(&l.samples);  // validated as the blob was read
   }
   if (s.aux != kNone) aux[s.aux].diff_level = diff;
   return true;

@@ -26,6 +26,34 @@ bool Clamped(uint16_t bits) { return (bits & kMagnitudeBits) == kHalfMaxBits; }
 
 bool IsPowerOfTwo(size_t n) { return (n & (n - 1)) == 0; }
 
+// SaveTo's forms.
+enum class Form : uint8_t { kNone = 0, kRun = 1, kTable = 2, kRaw = 3, kCoded = 4 };
+
+template <typename T>
+void Put(std::string* out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out->append(b, sizeof(T));
+}
+
+template <typename T>
+bool Take(std::string_view* in, T* v) {
+  if (in->size() < sizeof(T)) return false;
+  std::memcpy(v, in->data(), sizeof(T));
+  in->remove_prefix(sizeof(T));
+  return true;
+}
+
+// Takes `n` u16 codes into `codes` (appended).
+bool TakeCodes(std::string_view* in, size_t n, std::vector<uint16_t>* codes) {
+  if (in->size() / sizeof(uint16_t) < n) return false;
+  const size_t at = codes->size();
+  codes->resize(at + n);
+  std::memcpy(codes->data() + at, in->data(), n * sizeof(uint16_t));
+  in->remove_prefix(n * sizeof(uint16_t));
+  return true;
+}
+
 }  // namespace
 
 uint16_t HalfBits(float f) {
@@ -172,6 +200,108 @@ void LearnSamples::Assign(std::span<const float> values) {
   clear();
   for (float x : values) push_back(x);
   codes_.shrink_to_fit();
+}
+
+void LearnSamples::SaveTo(std::string* out) const {
+  const auto put_codes = [&](size_t from) {
+    out->append(reinterpret_cast<const char*>(codes_.data() + from),
+                (codes_.size() - from) * sizeof(uint16_t));
+  };
+  switch (mode_) {
+    case Mode::kRun:
+      if (count_ == 0) return Put(out, Form::kNone);
+      Put(out, Form::kRun);
+      Put(out, reference_);
+      Put(out, count_);
+      return;
+    case Mode::kTable:
+      Put(out, Form::kTable);
+      Put(out, table_size_);
+      Put(out, count_);
+      for (size_t i = 0; i < table_size_; ++i) {
+        Put(out, static_cast<uint32_t>(codes_[2 * i]) << 16 | codes_[2 * i + 1]);
+      }
+      put_codes(kTableCodes);
+      return;
+    case Mode::kCoded:
+      break;
+  }
+  const uint32_t n = static_cast<uint32_t>(size());
+  if (!scaled_) {
+    Put(out, Form::kRaw);
+    Put(out, n);
+    for (uint32_t i = 0; i < n; ++i) Put(out, (*this)[i]);
+    return;
+  }
+  Put(out, Form::kCoded);
+  Put(out, reference_);
+  Put(out, exponent_);
+  Put(out, n);
+  put_codes(0);
+}
+
+bool LearnSamples::LoadFrom(std::string_view* in) {
+  Release();
+  Form form;
+  if (!Take(in, &form)) return false;
+  uint32_t n = 0;
+  bool ok = false;
+  switch (form) {
+    case Form::kNone:
+      return true;
+    case Form::kRun:
+      ok = Take(in, &reference_) && Take(in, &n) && n >= 1 && n <= kMaxLoadedValues;
+      count_ = n;
+      break;
+    case Form::kTable: {
+      uint8_t values = 0;
+      ok = Take(in, &values) && values >= 1 && values <= kTableValues &&
+           Take(in, &n) && n >= 1 && n <= kMaxLoadedValues;
+      if (!ok) break;
+      codes_.reserve(kTableCodes + (n + 3) / 4);
+      codes_.assign(kTableCodes, 0);
+      for (size_t i = 0; ok && i < values; ++i) {
+        uint32_t bits = 0;
+        ok = Take(in, &bits);
+        codes_[2 * i] = static_cast<uint16_t>(bits >> 16);
+        codes_[2 * i + 1] = static_cast<uint16_t>(bits);
+      }
+      ok = ok && TakeCodes(in, (n + 3) / 4, &codes_);
+      // Every index within the table, the nibbles past the last zero (the
+      // next index is or-ed into them).
+      for (size_t i = 0; ok && i < 4 * ((n + 3) / 4); ++i) {
+        const int index = (codes_[kTableCodes + i / 4] >> (4 * (i % 4))) & 0xf;
+        ok = i < n ? index < values : index == 0;
+      }
+      mode_ = Mode::kTable;
+      table_size_ = values;
+      count_ = n;
+      break;
+    }
+    case Form::kRaw:
+      ok = Take(in, &n) && n >= 1 && n < kRawValues;
+      mode_ = Mode::kCoded;
+      codes_.reserve(2 * kRawValues);
+      for (uint32_t i = 0; ok && i < n; ++i) {
+        uint32_t bits = 0;
+        ok = Take(in, &bits);
+        codes_.push_back(static_cast<uint16_t>(bits >> 16));
+        codes_.push_back(static_cast<uint16_t>(bits));
+      }
+      break;
+    case Form::kCoded:
+      ok = Take(in, &reference_) && Take(in, &exponent_) &&
+           exponent_ >= -1000 && exponent_ <= 1000 && Take(in, &n) && n >= 1 &&
+           n <= kMaxLoadedValues;
+      if (!ok) break;
+      mode_ = Mode::kCoded;
+      scaled_ = true;
+      codes_.reserve(n);
+      ok = TakeCodes(in, n, &codes_);
+      break;
+  }
+  if (!ok) Release();
+  return ok;
 }
 
 void LearnSamples::PushCode(double x) {

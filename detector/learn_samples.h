@@ -37,6 +37,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace vigil {
@@ -68,6 +70,27 @@ class LearnSamples {
   // Replaces every value with `values`, kept in order, allocating at most
   // once (a snapshot's samples). Never fails.
   void Assign(std::span<const float> values);
+
+  // Appends the values as they are kept (exactly, or their scale and
+  // codes) to `out`, little-endian: u8 form, then
+  //   0 none;
+  //   1 a run: f32 value, u32 count;
+  //   2 a table: u8 values, u32 count, the values as f32, the 4-bit
+  //     indices four to a u16 (the first in the low bits);
+  //   3 floats before the scale is chosen: u32 count, count f32;
+  //   4 codes: f32 reference, i16 exponent, u32 count, count u16 halves.
+  // LoadFrom gives back the same samples, bit for bit. Never fails.
+  void SaveTo(std::string* out) const;
+
+  // Replaces the values with those SaveTo wrote at the front of `*in` and
+  // moves `*in` past them, allocating at most once. False, the values then
+  // none and `*in` unspecified, when they are cut short or malformed (an
+  // unknown form, more than kMaxLoadedValues values, an index past its
+  // table, a scale out of range).
+  bool LoadFrom(std::string_view* in);
+
+  // The most values LoadFrom accepts: more than any learning buffer holds.
+  static constexpr uint32_t kMaxLoadedValues = 1 << 16;
 
   // Bytes held on the heap: none while every value kept is equal, 64
   // and half a byte a value while they are a few.

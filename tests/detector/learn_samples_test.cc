@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -377,6 +380,110 @@ TEST(LearnSamplesTest, AssignKeepsRunsAndAllocatesWhatTheCodesNeed) {
   EXPECT_EQ(s.heap_bytes(), 300 * sizeof(uint16_t));
   EXPECT_EQ(s[149], 75.0f);
   EXPECT_EQ(s[219], 84.75f);
+}
+
+// Samples in each of their forms: none, a run, a table, floats before the
+// scale, half codes (with clamped outliers, NaN and infinities).
+std::vector<LearnSamples> EveryForm() {
+  std::vector<LearnSamples> out(5);
+  for (int i = 0; i < 300; ++i) out[1].push_back(75.0);
+  for (int i = 0; i < 301; ++i) out[2].push_back(60 + i % 7);
+  for (int i = 0; i < 5; ++i) out[3].push_back(700 + 0.1 * i);
+  for (double x : Normal(700, 3, 400, 7)) out[4].push_back(x);
+  out[4].push_back(1e30);
+  out[4].push_back(std::nan(""));
+  out[4].push_back(-std::numeric_limits<double>::infinity());
+  return out;
+}
+
+// SaveTo and LoadFrom give back the same samples, bit for bit, in each
+// form, and the samples go on alike (the same values pushed to both decode
+// alike, halving included).
+TEST(LearnSamplesTest, SavedSamplesLoadBitForBit) {
+  for (LearnSamples& saved : EveryForm()) {
+    std::string bytes;
+    saved.SaveTo(&bytes);
+    std::string_view in = bytes;
+    LearnSamples loaded;
+    loaded.push_back(1.0);  // replaced
+    ASSERT_TRUE(loaded.LoadFrom(&in)) << bytes.size();
+    EXPECT_TRUE(in.empty());
+    ASSERT_EQ(loaded.size(), saved.size());
+    for (size_t i = 0; i < saved.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(loaded[i]), std::bit_cast<uint32_t>(saved[i])) << i;
+    }
+    EXPECT_LE(loaded.heap_bytes(), saved.heap_bytes());
+    std::string again;
+    loaded.SaveTo(&again);
+    EXPECT_EQ(again, bytes);
+    for (double x : Normal(702, 4, 130, 8)) {
+      saved.push_back(x);
+      loaded.push_back(x);
+      if (saved.size() >= 512) {
+        saved.KeepEveryOther();
+        loaded.KeepEveryOther();
+      }
+    }
+    ASSERT_EQ(loaded.size(), saved.size());
+    for (size_t i = 0; i < saved.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(loaded[i]), std::bit_cast<uint32_t>(saved[i])) << i;
+    }
+  }
+}
+
+// A run takes 9 bytes, a table half a byte a value, codes two bytes.
+TEST(LearnSamplesTest, SavedSamplesTakeWhatTheyHold) {
+  std::vector<LearnSamples> forms = EveryForm();
+  std::vector<size_t> sizes;
+  for (const LearnSamples& s : forms) {
+    std::string bytes;
+    s.SaveTo(&bytes);
+    sizes.push_back(bytes.size());
+  }
+  EXPECT_EQ(sizes[0], 1u);
+  EXPECT_EQ(sizes[1], 9u);
+  EXPECT_EQ(sizes[2], 1 + 1 + 4 + 7 * 4 + (301 + 3) / 4 * 2u);
+  EXPECT_EQ(sizes[3], 1 + 4 + 5 * 4u);
+  EXPECT_EQ(sizes[4], 1 + 4 + 2 + 4 + 403 * 2u);
+}
+
+// Samples cut short anywhere, or malformed, are refused and leave none.
+TEST(LearnSamplesTest, MalformedSamplesAreRefused) {
+  for (const LearnSamples& saved : EveryForm()) {
+    std::string bytes;
+    saved.SaveTo(&bytes);
+    for (size_t cut = 0; cut < bytes.size(); ++cut) {
+      std::string_view in(bytes.data(), cut);
+      LearnSamples loaded;
+      EXPECT_FALSE(loaded.LoadFrom(&in)) << cut << " of " << bytes.size();
+      EXPECT_TRUE(loaded.empty());
+      EXPECT_EQ(loaded.heap_bytes(), 0u);
+    }
+  }
+  const auto refused = [](std::string bytes) {
+    std::string_view in = bytes;
+    LearnSamples loaded;
+    return !loaded.LoadFrom(&in) && loaded.empty();
+  };
+  EXPECT_TRUE(refused(std::string(1, '\x05')));  // no such form
+  std::string run;
+  EveryForm()[1].SaveTo(&run);
+  const uint32_t too_many = LearnSamples::kMaxLoadedValues + 1;
+  std::memcpy(run.data() + 5, &too_many, 4);
+  EXPECT_TRUE(refused(run));
+  std::string table;
+  EveryForm()[2].SaveTo(&table);
+  std::string bad_index = table;
+  bad_index[1 + 1 + 4 + 7 * 4] = 0x07;  // index 7 of a 7-value table
+  EXPECT_TRUE(refused(bad_index));
+  std::string past_the_last = table;
+  past_the_last.back() = static_cast<char>(0x10);  // a nibble after value 301
+  EXPECT_TRUE(refused(past_the_last));
+  std::string codes;
+  EveryForm()[4].SaveTo(&codes);
+  const int16_t far = 1001;
+  std::memcpy(codes.data() + 5, &far, 2);
+  EXPECT_TRUE(refused(codes));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "detector/detector.h"
+#include "detector/learn_samples.h"
 #include "gtest/gtest.h"
 #include "rules/pipeline.h"
 
@@ -978,50 +979,67 @@ TEST(DetectorStateTest, RecordsStillWaitingAreInTheNextSnapshot) {
   EXPECT_NEAR(small->mean, 16000, 500);
 }
 
+// `now`, a pipeline snapshot ("VGP2", u64 history bytes, history, then
+// "VGDS", u32 3, groups of series records up to a u32 0, the rest), as an
+// older server wrote it: version 2 keeps the groups and writes each
+// record's samples as u32 n + n f32; version 1 also has one count of
+// records, and "VGPS", u64 detector bytes, detector, history. Sets
+// `*records` to the count of series records.
+std::string AsOlderSnapshot(const std::string& now, uint32_t version, uint32_t* records) {
+  constexpr size_t kFixed = 85;  // a record's bytes before its samples
+  EXPECT_EQ(now.substr(0, 4), "VGP2");
+  uint64_t history_bytes;
+  std::memcpy(&history_bytes, now.data() + 4, 8);
+  const std::string history = now.substr(12, history_bytes);
+  std::string_view detector = std::string_view(now).substr(12 + history_bytes);
+  EXPECT_EQ(detector.substr(0, 4), "VGDS");
+  const auto put = [](std::string* out, auto v) {
+    out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  std::string older = "VGDS";
+  put(&older, version);
+  std::string all;
+  size_t at = 8;
+  *records = 0;
+  for (;;) {
+    uint32_t count;
+    std::memcpy(&count, detector.data() + at, 4);
+    at += 4;
+    if (version == 2) put(&older, count);
+    if (count == 0) break;
+    *records += count;
+    for (uint32_t i = 0; i < count; ++i) {
+      std::string record(detector.substr(at, kFixed));
+      std::string_view samples_at = detector.substr(at + kFixed);
+      detector_internal::LearnSamples samples;
+      EXPECT_TRUE(samples.LoadFrom(&samples_at));
+      at = detector.size() - samples_at.size();
+      put(&record, static_cast<uint32_t>(samples.size()));
+      for (size_t k = 0; k < samples.size(); ++k) put(&record, samples[k]);
+      (version == 2 ? older : all) += record;
+    }
+  }
+  if (version == 2) {
+    older += detector.substr(at);
+    std::string out = now.substr(0, 12 + history_bytes);
+    return out + older;
+  }
+  put(&older, *records);
+  older += all;
+  older += detector.substr(at);
+  std::string first = "VGPS";
+  put(&first, static_cast<uint64_t>(older.size()));
+  return first + older + history;
+}
+
 // Snapshots of the first format (one count of series records; the
 // detector's part before the engine's history) still restore.
 TEST(DetectorStateTest, SnapshotsOfTheFirstFormatStillRestore) {
   DetectorOptions o;
   o.baseline.learn_steps = 100;
   Fleet a(o);
-  const std::string now = LearnedJobSnapshot(a);
-  // Now: "VGP2", u64 history bytes, history, "VGDS", u32 2, groups of
-  // series records (u32 count, records) up to a u32 0, the rest.
-  ASSERT_EQ(now.substr(0, 4), "VGP2");
-  uint64_t history_bytes;
-  std::memcpy(&history_bytes, now.data() + 4, 8);
-  const std::string history = now.substr(12, history_bytes);
-  std::string_view detector = std::string_view(now).substr(12 + history_bytes);
-  ASSERT_EQ(detector.substr(0, 4), "VGDS");
-  size_t at = 8;
   uint32_t total = 0;
-  std::string records;
-  for (;;) {
-    uint32_t count;
-    std::memcpy(&count, detector.data() + at, 4);
-    at += 4;
-    if (count == 0) break;
-    total += count;
-    for (uint32_t i = 0; i < count; ++i) {
-      const size_t start = at;
-      uint32_t samples;
-      std::memcpy(&samples, detector.data() + at + 85, 4);
-      at += 89 + 4 * size_t{samples};
-      records.append(detector.substr(start, at - start));
-    }
-  }
-  // The first format: "VGDS", u32 1, u32 count, records, the rest; in
-  // "VGPS", u64 detector bytes, detector, history.
-  std::string first_detector = "VGDS";
-  const uint32_t version = 1;
-  first_detector.append(reinterpret_cast<const char*>(&version), 4);
-  first_detector.append(reinterpret_cast<const char*>(&total), 4);
-  first_detector += records;
-  first_detector += detector.substr(at);
-  std::string first = "VGPS";
-  const uint64_t detector_bytes = first_detector.size();
-  first.append(reinterpret_cast<const char*>(&detector_bytes), 8);
-  first += first_detector + history;
+  const std::string first = AsOlderSnapshot(LearnedJobSnapshot(a), 1, &total);
 
   Fleet b(o);
   ASSERT_TRUE(b.pipeline().RestoreState(first).ok());
@@ -1032,6 +1050,84 @@ TEST(DetectorStateTest, SnapshotsOfTheFirstFormatStillRestore) {
   EXPECT_TRUE(restored->learned);
   EXPECT_NEAR(restored->mean, 16000, 500);
   EXPECT_GT(total, 20u);
+}
+
+// Options for the restarts below: learning long enough that the samples
+// are halved once before the restart (256 kept at most).
+DetectorOptions HalvingOptions() {
+  DetectorOptions o;
+  o.baseline.learn_steps = 600;
+  o.baseline.warmup_steps = 10;
+  o.baseline.learn_buffer = 256;
+  return o;
+}
+
+// Trains "job" (2 nodes) for `steps` steps from `first` on `fleets`, each
+// frame the same readings for all of them.
+void TrainAlike(std::vector<Fleet*> fleets, int64_t first, int64_t steps) {
+  for (int64_t s = first; s < first + steps; ++s) {
+    for (int i = 0; i < 2; ++i) {
+      const std::string n = Node(i);
+      const std::vector<Reading> r = fleets[0]->Training(n, s, {});
+      for (Fleet* f : fleets) f->Send(n, "job", kT0 + s + 0.01 * i, s, r);
+    }
+  }
+}
+
+// Series compared after a restart.
+const std::vector<std::pair<std::string, int>> kRestartSeries = {
+    {"gpu_temperature_celsius", 5}, {"gpu_power_watts", 1},
+    {"train_tokens_per_second", -1}};
+
+// A restart while a job learns changes nothing it learns: the samples come
+// back as the detector kept them (halved once, at the stride they were
+// taken), so the baselines the restored detector ends with are those it
+// would have had without the restart, to the bit.
+TEST(DetectorStateTest, ARestartWhileLearningLearnsWhatNoRestartDoes) {
+  const DetectorOptions o = HalvingOptions();
+  Fleet a(o);
+  TrainAlike({&a}, 0, 300);
+  std::string snapshot;
+  ASSERT_TRUE(a.pipeline().SaveState(&snapshot).ok());
+  Fleet b(o);
+  ASSERT_TRUE(b.pipeline().RestoreState(snapshot).ok());
+  TrainAlike({&a, &b}, 300, 420);
+  for (const auto& [metric, gpu] : kRestartSeries) {
+    const uint32_t id = a.Id("job", Node(1), metric, gpu);
+    ASSERT_EQ(b.Id("job", Node(1), metric, gpu), id);
+    std::optional<SeriesBaseline> kept = a.pipeline().Baseline(id);
+    std::optional<SeriesBaseline> restored = b.pipeline().Baseline(id);
+    ASSERT_TRUE(kept.has_value() && restored.has_value()) << metric;
+    EXPECT_TRUE(kept->learned) << metric;
+    EXPECT_TRUE(restored->learned) << metric;
+    EXPECT_EQ(restored->mean, kept->mean) << metric;
+    EXPECT_EQ(restored->sigma, kept->sigma) << metric;
+  }
+}
+
+// Snapshots whose learning samples are floats (version 2) still restore:
+// the series that were learning go on from where the snapshot left them
+// and end learning with about the baselines they would have had.
+TEST(DetectorStateTest, SnapshotsWithFloatSamplesStillRestore) {
+  const DetectorOptions o = HalvingOptions();
+  Fleet a(o);
+  TrainAlike({&a}, 0, 300);
+  std::string snapshot;
+  ASSERT_TRUE(a.pipeline().SaveState(&snapshot).ok());
+  uint32_t records = 0;
+  const std::string second = AsOlderSnapshot(snapshot, 2, &records);
+  EXPECT_GT(second.size(), snapshot.size());
+  Fleet b(o);
+  ASSERT_TRUE(b.pipeline().RestoreState(second).ok());
+  TrainAlike({&a, &b}, 300, 420);
+  for (const auto& [metric, gpu] : kRestartSeries) {
+    const uint32_t id = a.Id("job", Node(1), metric, gpu);
+    std::optional<SeriesBaseline> kept = a.pipeline().Baseline(id);
+    std::optional<SeriesBaseline> restored = b.pipeline().Baseline(id);
+    ASSERT_TRUE(kept.has_value() && restored.has_value()) << metric;
+    EXPECT_TRUE(restored->learned) << metric;
+    EXPECT_NEAR(restored->mean, kept->mean, 0.2 * kept->sigma + 1e-9) << metric;
+  }
 }
 
 // A node's error counters are its hardware's: they go on counting whatever
