@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -25,6 +26,10 @@ bool Finite(uint16_t bits) { return (bits & kExponentBits) != kExponentBits; }
 bool Clamped(uint16_t bits) { return (bits & kMagnitudeBits) == kHalfMaxBits; }
 
 bool IsPowerOfTwo(size_t n) { return (n & (n - 1)) == 0; }
+
+// The scale's exponent stays within ±kMaxExponent: deviations smaller or
+// larger would not be told apart by a baseline anyway.
+constexpr int kMaxExponent = 1000;
 
 // SaveTo's forms.
 enum class Form : uint8_t { kNone = 0, kRun = 1, kTable = 2, kRaw = 3, kCoded = 4 };
@@ -291,7 +296,7 @@ bool LearnSamples::LoadFrom(std::string_view* in) {
       break;
     case Form::kCoded:
       ok = Take(in, &reference_) && Take(in, &exponent_) &&
-           exponent_ >= -1000 && exponent_ <= 1000 && Take(in, &n) && n >= 1 &&
+           std::abs(exponent_) <= kMaxExponent && Take(in, &n) && n >= 1 &&
            n <= kMaxLoadedValues;
       if (!ok) break;
       mode_ = Mode::kCoded;
@@ -462,11 +467,9 @@ bool LearnSamples::Fit(std::vector<double>* values, double newest,
   if (!(median > 0)) return false;
   // The largest deviation's code in [2^14, 2^15), with room for twice as
   // much; the median one's at least 2^-13 (normal).
-  // Kept within [-1000, 1000]: deviations that small or large would not be
-  // told apart by a baseline anyway.
   *exponent = std::clamp(std::min(std::ilogb(std::max(largest, median)) - 14,
                                   std::ilogb(median) + 13),
-                         -1000, 1000);
+                         -kMaxExponent, kMaxExponent);
   *reference = ref;
   *median_deviation = median;
   return true;
