@@ -1074,6 +1074,15 @@ void TrainAlike(std::vector<Fleet*> fleets, int64_t first, int64_t steps) {
   }
 }
 
+// Trains "job" on `a` (HalvingOptions) for 300 steps, into the middle of
+// its learning, and returns the snapshot taken there.
+std::string SnapshotWhileLearning(Fleet& a) {
+  TrainAlike({&a}, 0, 300);
+  std::string snapshot;
+  EXPECT_TRUE(a.pipeline().SaveState(&snapshot).ok());
+  return snapshot;
+}
+
 // Series compared after a restart.
 const std::vector<std::pair<std::string, int>> kRestartSeries = {
     {"gpu_temperature_celsius", 5}, {"gpu_power_watts", 1},
@@ -1086,11 +1095,8 @@ const std::vector<std::pair<std::string, int>> kRestartSeries = {
 TEST(DetectorStateTest, ARestartWhileLearningLearnsWhatNoRestartDoes) {
   const DetectorOptions o = HalvingOptions();
   Fleet a(o);
-  TrainAlike({&a}, 0, 300);
-  std::string snapshot;
-  ASSERT_TRUE(a.pipeline().SaveState(&snapshot).ok());
   Fleet b(o);
-  ASSERT_TRUE(b.pipeline().RestoreState(snapshot).ok());
+  ASSERT_TRUE(b.pipeline().RestoreState(SnapshotWhileLearning(a)).ok());
   TrainAlike({&a, &b}, 300, 420);
   for (const auto& [metric, gpu] : kRestartSeries) {
     const uint32_t id = a.Id("job", Node(1), metric, gpu);
@@ -1111,9 +1117,7 @@ TEST(DetectorStateTest, ARestartWhileLearningLearnsWhatNoRestartDoes) {
 TEST(DetectorStateTest, SnapshotsWithFloatSamplesStillRestore) {
   const DetectorOptions o = HalvingOptions();
   Fleet a(o);
-  TrainAlike({&a}, 0, 300);
-  std::string snapshot;
-  ASSERT_TRUE(a.pipeline().SaveState(&snapshot).ok());
+  const std::string snapshot = SnapshotWhileLearning(a);
   uint32_t records = 0;
   const std::string second = AsOlderSnapshot(snapshot, 2, &records);
   EXPECT_GT(second.size(), snapshot.size());
