@@ -114,6 +114,8 @@ struct SnapshotCursor {
   // Section 1: the ids still to write; section 2: the next dense slot.
   std::vector<uint32_t> pending;
   size_t next = 0;
+  // Records written of registered series still learning (their samples).
+  int64_t learning_records = 0;
   bool done() const { return section == 4; }
 };
 

@@ -268,6 +268,7 @@ void Detector::SaveStatePart(SnapshotCursor* cursor, size_t max_bytes,
     for (const auto& [id, blob] : m.pending_series) cursor->pending.push_back(id);
     std::sort(cursor->pending.begin(), cursor->pending.end());
     cursor->next = 0;
+    cursor->learning_records = 0;
     cursor->section = 1;
   }
   while ((cursor->section == 1 || cursor->section == 2) && out->size() < limit) {
@@ -292,6 +293,7 @@ void Detector::SaveStatePart(SnapshotCursor* cursor, size_t max_bytes,
         if (!m.InSnapshot(d)) continue;
         m.AppendSeriesRecord(d, out);
         ++count;
+        cursor->learning_records += m.series[d].learning != nullptr;
       }
       if (cursor->next >= m.series.size()) cursor->section = 3;
     }

@@ -245,6 +245,7 @@ absl::Status VigilServer::Start() {
   detection_options.rules = std::move(rules);
   detection_options.live = options_.detection_enabled;
   detection_options.snapshot_seconds = options_.detection_snapshot_seconds;
+  detection_options.learned_snapshot_seconds = options_.detection_learned_snapshot_seconds;
   detection_options.restart_resolve_seconds = options_.restart_resolve_seconds;
   detection_options.shards = options_.detection_workers;
   if (options_.cluster.has_value()) {

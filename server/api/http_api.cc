@@ -603,6 +603,11 @@ void HttpApi::InstallHandlers() {
     AppendFamily(&out, "vigil_detection_snapshot_bytes", "gauge",
                  "Size of the last snapshot of learned baselines.");
     AppendSample(&out, "vigil_detection_snapshot_bytes", d.snapshot_bytes);
+    AppendFamily(&out, "vigil_detection_snapshot_learning_series", "gauge",
+                 "Series still learning their baseline in the last snapshot "
+                 "(0: snapshots every detection.learned_snapshot_seconds).");
+    AppendSample(&out, "vigil_detection_snapshot_learning_series",
+                 d.snapshot_learning_series);
     AppendFamily(&out, "vigil_detection_restored", "gauge",
                  "1 when this process started from a snapshot of learned "
                  "baselines.");

@@ -265,9 +265,11 @@ struct ServerOptions {
   // lifecycle.family_pattern ("family_pattern"); the rest keep the
   // defaults of detector/options.h.
   DetectorOptions detector;
-  // Seconds between snapshots of learned baselines (and one at shutdown);
-  // 0 disables them.
+  // Seconds between snapshots of learned baselines (and one at shutdown)
+  // while some series learn; 0 disables them.
   double detection_snapshot_seconds = 60;
+  // ... and once none does (at least detection_snapshot_seconds).
+  double detection_learned_snapshot_seconds = 300;
   // After a restart, an incident firing before it that detection does not
   // raise again within this many seconds of its nodes' frames resolves
   // (DetectionOptions::restart_resolve_seconds).

@@ -281,6 +281,7 @@ void DetectionService::Stop() {
 
 absl::Status DetectionService::Snapshot() {
   uint64_t bytes = 0;
+  uint64_t learning = 0;
   const auto failed = [this](absl::Status s) {
     snapshot_errors_.fetch_add(1);
     std::fprintf(stderr, "vigil-server: detection snapshot not written: %s\n",
@@ -306,6 +307,7 @@ absl::Status DetectionService::Snapshot() {
       if (absl::Status s = (*writer)->Append(part); !s.ok()) return failed(s);
       bytes += part.size();
     }
+    learning += static_cast<uint64_t>(cursor.detector.learning_records);
     if (absl::Status s = (*writer)->Commit(); !s.ok()) return failed(s);
   }
   if (absl::Status s = options_.store->PutState(kShardCountKey, absl::StrCat(shards()));
@@ -314,6 +316,7 @@ absl::Status DetectionService::Snapshot() {
   }
   snapshots_.fetch_add(1);
   snapshot_bytes_.store(bytes);
+  snapshot_learning_series_.store(learning);
   return absl::OkStatus();
 }
 
@@ -766,8 +769,14 @@ void DetectionService::TickLoop(double first_tick) {
           AdvanceTime(now);
           last_tick_.store(now);
           if (options_.snapshot_seconds > 0 && now >= next_snapshot) {
-            next_snapshot = now + options_.snapshot_seconds;
-            (void)Snapshot();
+            // Every baseline learned: what the next one would add is their
+            // slow adaptation, so it can wait longer (a failed one is
+            // tried again soon).
+            const bool learned =
+                Snapshot().ok() && snapshot_learning_series_.load() == 0;
+            next_snapshot = now + (learned ? std::max(options_.snapshot_seconds,
+                                                      options_.learned_snapshot_seconds)
+                                           : options_.snapshot_seconds);
           }
         });
         !error.empty())
@@ -868,6 +877,7 @@ DetectionCounters DetectionService::counters() const {
   c.snapshots = snapshots_.load();
   c.snapshot_errors = snapshot_errors_.load();
   c.snapshot_bytes = snapshot_bytes_.load();
+  c.snapshot_learning_series = snapshot_learning_series_.load();
   c.restored = restored_;
   std::lock_guard<std::mutex> l(index_mu_);
   for (const auto& [id, snapshot] : index_) {

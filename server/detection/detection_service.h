@@ -91,8 +91,12 @@ struct DetectionOptions {
   // Seconds of clock time between ticks (AdvanceTime) of the tick thread.
   double tick_seconds = 1;
   // Seconds of clock time between snapshots of what detection has learned
-  // (and one at Stop()); 0 disables them.
+  // (and one at Stop()) while some series learn; 0 disables them.
   double snapshot_seconds = 60;
+  // ... and once the last snapshot held no series still learning (every
+  // baseline learned: what changes is their slow adaptation), at least
+  // snapshot_seconds.
+  double learned_snapshot_seconds = 300;
   // The scheduler, the source of truth on jobs' lives (empty: none). Every
   // scheduler_poll_seconds, and at once when the nodes of a job all
   // stopped reporting, the jobs that report (and those waiting) are asked
@@ -198,11 +202,12 @@ struct DetectionCounters {
   // Scheduler queries made and failed (DetectionOptions::job_state).
   uint64_t scheduler_queries = 0;
   uint64_t scheduler_errors = 0;
-  // Snapshots of the learned state written, failed, their last size, and
-  // whether Start() took one back.
+  // Snapshots of the learned state written, failed, their last size, the
+  // series still learning in it, and whether Start() took one back.
   uint64_t snapshots = 0;
   uint64_t snapshot_errors = 0;
   uint64_t snapshot_bytes = 0;
+  uint64_t snapshot_learning_series = 0;
   bool restored = false;
 };
 
@@ -425,6 +430,7 @@ class DetectionService : public FrameObserver {
   std::atomic<uint64_t> frames_{0};
   std::atomic<uint64_t> profiles_imported_{0};
   std::atomic<uint64_t> snapshots_{0}, snapshot_errors_{0}, snapshot_bytes_{0};
+  std::atomic<uint64_t> snapshot_learning_series_{0};
   bool restored_ = false;  // set by Start() only
   std::array<std::atomic<uint64_t>, 5> updates_by_type_{};
   std::atomic<uint64_t> persist_errors_{0};

@@ -1111,6 +1111,24 @@ TEST(DetectorStateTest, ARestartWhileLearningLearnsWhatNoRestartDoes) {
   }
 }
 
+// A snapshot counts the records of series still learning (the server
+// snapshots less often once there are none): some while a job learns, none
+// once it has learned.
+TEST(DetectorStateTest, ASnapshotCountsTheSeriesStillLearning) {
+  Fleet a(HalvingOptions());
+  const auto learning_records = [&] {
+    std::string snapshot;
+    PipelineSnapshotCursor cursor;
+    while (!cursor.done()) a.pipeline().SaveStatePart(&cursor, 1024, &snapshot);
+    return cursor.detector.learning_records;
+  };
+  EXPECT_EQ(learning_records(), 0);
+  TrainAlike({&a}, 0, 300);
+  EXPECT_GE(learning_records(), 2 * 8 * 2);  // two nodes' power, temperature
+  TrainAlike({&a}, 300, 420);
+  EXPECT_EQ(learning_records(), 0);
+}
+
 // Snapshots whose learning samples are floats (version 2) still restore:
 // the series that were learning go on from where the snapshot left them
 // and end learning with about the baselines they would have had.

@@ -285,6 +285,46 @@ TEST(DetectionTest, BadRuleFileFailsStartListingEveryError) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
 }
 
+// Moves `t`'s clock to `until` a second at a time, waiting for detection's
+// tick thread to have ticked at each: once it has, every earlier tick's
+// snapshot is written.
+void TickTo(TestServer& t, double until) {
+  while (t.clock.Now() < until) {
+    t.clock.Advance(1);
+    const double now = t.clock.Now();
+    for (int i = 0; i < 1000 && t.server.detection()->last_tick() < now; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_GE(t.server.detection()->last_tick(), now);
+  }
+}
+
+// Once the last snapshot held no series still learning, snapshots come
+// every detection.learned_snapshot_seconds instead of snapshot_seconds:
+// each rewrites every baseline, and learned ones only adapt slowly. (That
+// a snapshot counts the series still learning: DetectorStateTest.
+// ASnapshotCountsTheSeriesStillLearning.)
+TEST(DetectionTest, SnapshotsSlowDownWhenNothingLearns) {
+  for (const double learned_seconds : {300.0, 60.0}) {
+    const std::string dir = TempPath("snapshot_cadence");
+    ServerOptions options = PersistentOptions(dir);
+    options.detection_snapshot_seconds = 60;
+    options.detection_learned_snapshot_seconds = learned_seconds;
+    {
+      TestServer t(options);
+      const double start = t.clock.Now();
+      const auto snapshots = [&] { return t.server.detection()->counters().snapshots; };
+      TickTo(t, start + 62);
+      EXPECT_EQ(snapshots(), 1u);
+      EXPECT_EQ(t.server.detection()->counters().snapshot_learning_series, 0u);
+      TickTo(t, start + 302);
+      EXPECT_EQ(snapshots(), learned_seconds == 60 ? 5u : 1u) << learned_seconds;
+      TickTo(t, start + 362);
+      EXPECT_EQ(snapshots(), learned_seconds == 60 ? 6u : 2u) << learned_seconds;
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST(DetectionTest, IncidentsSurviveRestartWithoutReusingIds) {
   const std::string dir = TempPath("restart");
   ServerOptions options = PersistentOptions(dir);
