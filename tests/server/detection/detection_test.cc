@@ -285,24 +285,65 @@ TEST(DetectionTest, BadRuleFileFailsStartListingEveryError) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
 }
 
-// Moves `t`'s clock to `until` a second at a time, waiting for detection's
-// tick thread to have ticked at each: once it has, every earlier tick's
-// snapshot is written.
+// Waits for detection's tick thread to have ticked at `t`'s clock time:
+// once it has, every earlier tick's snapshot is written.
+void WaitForTick(TestServer& t) {
+  const double now = t.clock.Now();
+  for (int i = 0; i < 1000 && t.server.detection()->last_tick() < now; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GE(t.server.detection()->last_tick(), now);
+}
+
+// Moves `t`'s clock to `until` a second at a time, waiting for each tick.
 void TickTo(TestServer& t, double until) {
   while (t.clock.Now() < until) {
     t.clock.Advance(1);
-    const double now = t.clock.Now();
-    for (int i = 0; i < 1000 && t.server.detection()->last_tick() < now; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    ASSERT_GE(t.server.detection()->last_tick(), now);
+    WaitForTick(t);
   }
 }
 
-// Once the last snapshot held no series still learning, snapshots come
-// every detection.learned_snapshot_seconds instead of snapshot_seconds:
-// each rewrites every baseline, and learned ones only adapt slowly. (That
-// a snapshot counts the series still learning: DetectorStateTest.
-// ASnapshotCountsTheSeriesStillLearning.)
+// Snapshots come every detection.snapshot_seconds while a job's baselines
+// learn, then every learned_snapshot_seconds once the last one held none
+// still learning.
+TEST(DetectionTest, SnapshotsSlowDownOnceEveryBaselineIsLearned) {
+  const std::string dir = TempPath("snapshot_learned");
+  ServerOptions options = PersistentOptions(dir);
+  options.detection_snapshot_seconds = 60;
+  options.detection_learned_snapshot_seconds = 300;
+  options.detector.baseline.warmup_steps = 5;
+  options.detector.baseline.learn_steps = 80;
+  options.detector.lifecycle.rewarm_s = 0;  // learning from step 5
+  options.detector.lifecycle.rewarm_steps = 0;
+  {
+    TestServer t(options);
+    const double start = t.clock.Now();
+    const auto counters = [&] { return t.server.detection()->counters(); };
+    {
+      Agent agent(t, "n1");
+      for (int i = 0; i < 100; ++i) {  // learned at ~85 s
+        agent.Send(0, 2.5);
+        WaitForTick(t);
+      }
+      agent.Sync();
+    }
+    TickTo(t, start + 101);
+    EXPECT_EQ(counters().snapshots, 1u);  // at 60 s, power and loss learning
+    EXPECT_GT(counters().snapshot_learning_series, 0u);
+    TickTo(t, start + 122);
+    EXPECT_EQ(counters().snapshots, 2u);  // at 120 s, all learned
+    EXPECT_EQ(counters().snapshot_learning_series, 0u);
+    TickTo(t, start + 419);
+    EXPECT_EQ(counters().snapshots, 2u);
+    TickTo(t, start + 422);
+    EXPECT_EQ(counters().snapshots, 3u);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// With nothing learning from the start, snapshots come every
+// learned_snapshot_seconds from the first on; with that key at 60, every
+// minute. (That a snapshot counts the series still learning:
+// DetectorStateTest.ASnapshotCountsTheSeriesStillLearning.)
 TEST(DetectionTest, SnapshotsSlowDownWhenNothingLearns) {
   for (const double learned_seconds : {300.0, 60.0}) {
     const std::string dir = TempPath("snapshot_cadence");
