@@ -147,10 +147,7 @@ std::optional<SeriesBaseline> Detector::Baseline(uint32_t id) const {
   const Impl& m = *impl_;
   const SeriesState& s = m.series[m.dense_of_id[id]];
   SeriesBaseline b;
-  const Metric metric = s.traits->metric;
-  b.learns = s.traits->mode != BaselineMode::kNone ||
-             metric == Metric::kTrainTokensPerSecond ||
-             metric == Metric::kTrainGradNorm;
+  b.learns = LearnsBaseline(*s.traits);
   b.learned = s.learned() && std::isfinite(s.level);
   b.usable = s.usable() && std::isfinite(s.level);
   b.k_sigma = m.opt.baseline.k_sigma * s.widen;

@@ -114,8 +114,9 @@ struct SnapshotCursor {
   // Section 1: the ids still to write; section 2: the next dense slot.
   std::vector<uint32_t> pending;
   size_t next = 0;
-  // Records written of registered series still learning (their samples).
-  int64_t learning_records = 0;
+  // Series of running jobs that learn a baseline and have not learned it
+  // yet (in warm-up or learning), counted as the series are written.
+  int64_t still_to_learn = 0;
   bool done() const { return section == 4; }
 };
 

@@ -444,6 +444,10 @@ struct Detector::Impl {
   // a snapshot keeps; its snapshot record, and the snapshot's sections after
   // the series (profiles, runs, jobs), appended to `out`.
   bool InSnapshot(uint32_t dense) const;
+  // detector_state.cc: whether slot `dense` holds a live series of a node
+  // running a job that learns a baseline and has not learned it yet (in
+  // warm-up or learning).
+  bool StillToLearn(uint32_t dense) const;
   void AppendSeriesRecord(uint32_t dense, std::string* out) const;
   void AppendSnapshotRest(std::string* out) const;
   // A run or job of a snapshot, applied when it next reports.

@@ -194,6 +194,16 @@ bool Detector::Impl::InSnapshot(uint32_t d) const {
          (s.learning != nullptr && !s.learning->samples.empty());
 }
 
+bool Detector::Impl::StillToLearn(uint32_t d) const {
+  const SeriesState& s = series[d];
+  if (s.id >= dense_of_id.size() || dense_of_id[s.id] != d || s.learned() ||
+      s.node == kNone || !LearnsBaseline(*s.traits)) {
+    return false;
+  }
+  const NodeState& n = nodes[s.node];
+  return !n.free && !n.retired && !n.ended;
+}
+
 void Detector::Impl::AppendSeriesRecord(uint32_t d, std::string* out) const {
   const SeriesState& s = series[d];
   Writer w(out);
@@ -268,7 +278,7 @@ void Detector::SaveStatePart(SnapshotCursor* cursor, size_t max_bytes,
     for (const auto& [id, blob] : m.pending_series) cursor->pending.push_back(id);
     std::sort(cursor->pending.begin(), cursor->pending.end());
     cursor->next = 0;
-    cursor->learning_records = 0;
+    cursor->still_to_learn = 0;
     cursor->section = 1;
   }
   while ((cursor->section == 1 || cursor->section == 2) && out->size() < limit) {
@@ -290,10 +300,10 @@ void Detector::SaveStatePart(SnapshotCursor* cursor, size_t max_bytes,
     } else {
       for (; cursor->next < m.series.size() && out->size() < limit; ++cursor->next) {
         const uint32_t d = static_cast<uint32_t>(cursor->next);
+        cursor->still_to_learn += m.StillToLearn(d);
         if (!m.InSnapshot(d)) continue;
         m.AppendSeriesRecord(d, out);
         ++count;
-        cursor->learning_records += m.series[d].learning != nullptr;
       }
       if (cursor->next >= m.series.size()) cursor->section = 3;
     }

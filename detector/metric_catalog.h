@@ -91,6 +91,14 @@ struct MetricTraits {
   bool node_errors = false;
 };
 
+// Whether the detectors learn a baseline for series of `traits`: the
+// generic band, or the throughput and gradient-norm detectors' own.
+inline bool LearnsBaseline(const MetricTraits& traits) {
+  return traits.mode != BaselineMode::kNone ||
+         traits.metric == Metric::kTrainTokensPerSecond ||
+         traits.metric == Metric::kTrainGradNorm;
+}
+
 // The traits of `metric_name`. Unknown names ending in "_total" are
 // counters with a two-sided baseline; other unknown names are gauges with
 // a two-sided baseline. Both re-learn confirmed level shifts.

@@ -604,8 +604,9 @@ void HttpApi::InstallHandlers() {
                  "Size of the last snapshot of learned baselines.");
     AppendSample(&out, "vigil_detection_snapshot_bytes", d.snapshot_bytes);
     AppendFamily(&out, "vigil_detection_snapshot_learning_series", "gauge",
-                 "Series still learning their baseline in the last snapshot "
-                 "(0: snapshots every detection.learned_snapshot_seconds).");
+                 "Series of running jobs still to learn their baseline (warm-up "
+                 "or learning) at the last snapshot (0: snapshots every "
+                 "detection.learned_snapshot_seconds).");
     AppendSample(&out, "vigil_detection_snapshot_learning_series",
                  d.snapshot_learning_series);
     AppendFamily(&out, "vigil_detection_restored", "gauge",

@@ -490,12 +490,13 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
     r.Integer(*s, "detection", "snapshot_seconds", 0, 86400, 1,
               &o->detection_snapshot_seconds,
               "Seconds between snapshots of what detection learned (and one at "
-              "shutdown), taken back at start, while some series learn; 0: none");
+              "shutdown), taken back at start, while some series are still to learn; 0: none");
     r.Integer(*s, "detection", "learned_snapshot_seconds", 0, 86400, 1,
               &o->detection_learned_snapshot_seconds,
-              "Seconds between those snapshots once the last one held no series "
-              "still learning (at least snapshot_seconds): learned baselines only "
-              "adapt slowly, and each snapshot rewrites them all");
+              "Seconds between those snapshots once, at the last one, no running "
+              "job's series was still to learn its baseline (at least "
+              "snapshot_seconds): learned baselines only adapt slowly, and each "
+              "snapshot rewrites them all");
     r.Integer(*s, "detection", "scheduler_poll_seconds", 0, 3600, 1,
               &o->scheduler_poll_seconds,
               "With an actuator: seconds between asking the scheduler which reporting "

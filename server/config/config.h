@@ -266,7 +266,7 @@ struct ServerOptions {
   // defaults of detector/options.h.
   DetectorOptions detector;
   // Seconds between snapshots of learned baselines (and one at shutdown)
-  // while some series learn; 0 disables them.
+  // while some series are still to learn; 0 disables them.
   double detection_snapshot_seconds = 60;
   // ... and once none does (at least detection_snapshot_seconds).
   double detection_learned_snapshot_seconds = 300;

@@ -307,7 +307,7 @@ absl::Status DetectionService::Snapshot() {
       if (absl::Status s = (*writer)->Append(part); !s.ok()) return failed(s);
       bytes += part.size();
     }
-    learning += static_cast<uint64_t>(cursor.detector.learning_records);
+    learning += static_cast<uint64_t>(cursor.detector.still_to_learn);
     if (absl::Status s = (*writer)->Commit(); !s.ok()) return failed(s);
   }
   if (absl::Status s = options_.store->PutState(kShardCountKey, absl::StrCat(shards()));

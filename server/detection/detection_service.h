@@ -93,9 +93,9 @@ struct DetectionOptions {
   // Seconds of clock time between snapshots of what detection has learned
   // (and one at Stop()) while some series learn; 0 disables them.
   double snapshot_seconds = 60;
-  // ... and once the last snapshot held no series still learning (every
-  // baseline learned: what changes is their slow adaptation), at least
-  // snapshot_seconds.
+  // ... and once, at the last snapshot, no running job's series was still
+  // to learn its baseline (every baseline learned: what changes is their
+  // slow adaptation), at least snapshot_seconds.
   double learned_snapshot_seconds = 300;
   // The scheduler, the source of truth on jobs' lives (empty: none). Every
   // scheduler_poll_seconds, and at once when the nodes of a job all
@@ -203,7 +203,8 @@ struct DetectionCounters {
   uint64_t scheduler_queries = 0;
   uint64_t scheduler_errors = 0;
   // Snapshots of the learned state written, failed, their last size, the
-  // series still learning in it, and whether Start() took one back.
+  // series still to learn when it was written (SnapshotCursor::
+  // still_to_learn), and whether Start() took one back.
   uint64_t snapshots = 0;
   uint64_t snapshot_errors = 0;
   uint64_t snapshot_bytes = 0;

@@ -1111,22 +1111,25 @@ TEST(DetectorStateTest, ARestartWhileLearningLearnsWhatNoRestartDoes) {
   }
 }
 
-// A snapshot counts the records of series still learning (the server
-// snapshots less often once there are none): some while a job learns, none
-// once it has learned.
-TEST(DetectorStateTest, ASnapshotCountsTheSeriesStillLearning) {
+// A snapshot counts the series of running jobs still to learn their
+// baseline (the server snapshots less often once there are none): none
+// before any job, some in warm-up and while a job learns, none once it has
+// learned.
+TEST(DetectorStateTest, ASnapshotCountsTheSeriesStillToLearn) {
   Fleet a(HalvingOptions());
-  const auto learning_records = [&] {
+  const auto still_to_learn = [&] {
     std::string snapshot;
     PipelineSnapshotCursor cursor;
     while (!cursor.done()) a.pipeline().SaveStatePart(&cursor, 1024, &snapshot);
-    return cursor.detector.learning_records;
+    return cursor.detector.still_to_learn;
   };
-  EXPECT_EQ(learning_records(), 0);
-  TrainAlike({&a}, 0, 300);
-  EXPECT_GE(learning_records(), 2 * 8 * 2);  // two nodes' power, temperature
+  EXPECT_EQ(still_to_learn(), 0);
+  TrainAlike({&a}, 0, 3);  // warm-up: nothing kept yet
+  EXPECT_GE(still_to_learn(), 2 * 8 * 2);  // two nodes' power, temperature
+  TrainAlike({&a}, 3, 297);
+  EXPECT_GE(still_to_learn(), 2 * 8 * 2);
   TrainAlike({&a}, 300, 420);
-  EXPECT_EQ(learning_records(), 0);
+  EXPECT_EQ(still_to_learn(), 0);
 }
 
 // Snapshots whose learning samples are floats (version 2) still restore:

@@ -343,7 +343,7 @@ TEST(DetectionTest, SnapshotsSlowDownOnceEveryBaselineIsLearned) {
 // With nothing learning from the start, snapshots come every
 // learned_snapshot_seconds from the first on; with that key at 60, every
 // minute. (That a snapshot counts the series still learning:
-// DetectorStateTest.ASnapshotCountsTheSeriesStillLearning.)
+// DetectorStateTest.ASnapshotCountsTheSeriesStillToLearn.)
 TEST(DetectionTest, SnapshotsSlowDownWhenNothingLearns) {
   for (const double learned_seconds : {300.0, 60.0}) {
     const std::string dir = TempPath("snapshot_cadence");
