@@ -97,9 +97,8 @@ std::string RemoteWriteBody(const NodeLoad& load, const v1::FrameBatch& batch);
 // Streams `load` with up to `window` unacked batches; appends each batch's
 // ack latency (seconds) to `latencies`. The stream opens at `start`.
 // Paced (pace_hz > 0), batch k is sent at `start` + k / pace_hz, as an
-// agent sends one a tick. Sets
-// `*acked_batches` to the batches the server acked. False on a stream
-// error.
+// agent sends one a tick. Sets `*acked_batches` to the batches the server
+// acked. False on a stream error.
 bool StreamNode(const std::shared_ptr<grpc::Channel>& channel, const NodeLoad& load,
                 int window, double pace_hz, Steady::time_point start,
                 std::vector<double>* latencies, std::atomic<int64_t>* fault_sent_ns,

@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "detector/detector_impl.h"
+#include "detector/fixed_bytes.h"
 
 namespace vigil {
 
@@ -65,9 +66,7 @@ class Writer {
   explicit Writer(std::string* out) : out_(out) {}
   template <typename T>
   void Put(T v) {
-    char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    out_->append(b, sizeof(T));
+    detector_internal::PutFixed(out_, v);
   }
   void Str(std::string_view s) {
     Put<uint32_t>(static_cast<uint32_t>(s.size()));
@@ -87,10 +86,7 @@ class Reader {
   explicit Reader(std::string_view in) : in_(in) {}
   template <typename T>
   bool Get(T* v) {
-    if (in_.size() < sizeof(T)) return Fail();
-    std::memcpy(v, in_.data(), sizeof(T));
-    in_.remove_prefix(sizeof(T));
-    return true;
+    return detector_internal::TakeFixed(&in_, v) || Fail();
   }
   bool Str(std::string* s) {
     uint32_t n;

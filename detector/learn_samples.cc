@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "detector/fixed_bytes.h"
+
 namespace vigil {
 namespace detector_internal {
 namespace {
@@ -33,21 +35,6 @@ constexpr int kMaxExponent = 1000;
 
 // SaveTo's forms.
 enum class Form : uint8_t { kNone = 0, kRun = 1, kTable = 2, kRaw = 3, kCoded = 4 };
-
-template <typename T>
-void Put(std::string* out, T v) {
-  char b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));
-  out->append(b, sizeof(T));
-}
-
-template <typename T>
-bool Take(std::string_view* in, T* v) {
-  if (in->size() < sizeof(T)) return false;
-  std::memcpy(v, in->data(), sizeof(T));
-  in->remove_prefix(sizeof(T));
-  return true;
-}
 
 // Takes `n` u16 codes into `codes` (appended).
 bool TakeCodes(std::string_view* in, size_t n, std::vector<uint16_t>* codes) {
@@ -214,17 +201,17 @@ void LearnSamples::SaveTo(std::string* out) const {
   };
   switch (mode_) {
     case Mode::kRun:
-      if (count_ == 0) return Put(out, Form::kNone);
-      Put(out, Form::kRun);
-      Put(out, reference_);
-      Put(out, count_);
+      if (count_ == 0) return PutFixed(out, Form::kNone);
+      PutFixed(out, Form::kRun);
+      PutFixed(out, reference_);
+      PutFixed(out, count_);
       return;
     case Mode::kTable:
-      Put(out, Form::kTable);
-      Put(out, table_size_);
-      Put(out, count_);
+      PutFixed(out, Form::kTable);
+      PutFixed(out, table_size_);
+      PutFixed(out, count_);
       for (size_t i = 0; i < table_size_; ++i) {
-        Put(out, static_cast<uint32_t>(codes_[2 * i]) << 16 | codes_[2 * i + 1]);
+        PutFixed(out, static_cast<uint32_t>(codes_[2 * i]) << 16 | codes_[2 * i + 1]);
       }
       put_codes(kTableCodes);
       return;
@@ -233,41 +220,41 @@ void LearnSamples::SaveTo(std::string* out) const {
   }
   const uint32_t n = static_cast<uint32_t>(size());
   if (!scaled_) {
-    Put(out, Form::kRaw);
-    Put(out, n);
-    for (uint32_t i = 0; i < n; ++i) Put(out, (*this)[i]);
+    PutFixed(out, Form::kRaw);
+    PutFixed(out, n);
+    for (uint32_t i = 0; i < n; ++i) PutFixed(out, (*this)[i]);
     return;
   }
-  Put(out, Form::kCoded);
-  Put(out, reference_);
-  Put(out, exponent_);
-  Put(out, n);
+  PutFixed(out, Form::kCoded);
+  PutFixed(out, reference_);
+  PutFixed(out, exponent_);
+  PutFixed(out, n);
   put_codes(0);
 }
 
 bool LearnSamples::LoadFrom(std::string_view* in) {
   Release();
   Form form;
-  if (!Take(in, &form)) return false;
+  if (!TakeFixed(in, &form)) return false;
   uint32_t n = 0;
   bool ok = false;
   switch (form) {
     case Form::kNone:
       return true;
     case Form::kRun:
-      ok = Take(in, &reference_) && Take(in, &n) && n >= 1 && n <= kMaxLoadedValues;
+      ok = TakeFixed(in, &reference_) && TakeFixed(in, &n) && n >= 1 && n <= kMaxLoadedValues;
       count_ = n;
       break;
     case Form::kTable: {
       uint8_t values = 0;
-      ok = Take(in, &values) && values >= 1 && values <= kTableValues &&
-           Take(in, &n) && n >= 1 && n <= kMaxLoadedValues;
+      ok = TakeFixed(in, &values) && values >= 1 && values <= kTableValues &&
+           TakeFixed(in, &n) && n >= 1 && n <= kMaxLoadedValues;
       if (!ok) break;
       codes_.reserve(kTableCodes + (n + 3) / 4);
       codes_.assign(kTableCodes, 0);
       for (size_t i = 0; ok && i < values; ++i) {
         uint32_t bits = 0;
-        ok = Take(in, &bits);
+        ok = TakeFixed(in, &bits);
         codes_[2 * i] = static_cast<uint16_t>(bits >> 16);
         codes_[2 * i + 1] = static_cast<uint16_t>(bits);
       }
@@ -284,19 +271,19 @@ bool LearnSamples::LoadFrom(std::string_view* in) {
       break;
     }
     case Form::kRaw:
-      ok = Take(in, &n) && n >= 1 && n < kRawValues;
+      ok = TakeFixed(in, &n) && n >= 1 && n < kRawValues;
       mode_ = Mode::kCoded;
       codes_.reserve(2 * kRawValues);
       for (uint32_t i = 0; ok && i < n; ++i) {
         uint32_t bits = 0;
-        ok = Take(in, &bits);
+        ok = TakeFixed(in, &bits);
         codes_.push_back(static_cast<uint16_t>(bits >> 16));
         codes_.push_back(static_cast<uint16_t>(bits));
       }
       break;
     case Form::kCoded:
-      ok = Take(in, &reference_) && Take(in, &exponent_) &&
-           std::abs(exponent_) <= kMaxExponent && Take(in, &n) && n >= 1 &&
+      ok = TakeFixed(in, &reference_) && TakeFixed(in, &exponent_) &&
+           std::abs(exponent_) <= kMaxExponent && TakeFixed(in, &n) && n >= 1 &&
            n <= kMaxLoadedValues;
       if (!ok) break;
       mode_ = Mode::kCoded;
