@@ -25,6 +25,10 @@ using detector_internal::SeriesState;
 using detector_internal::Stage;
 using detector_internal::XidCondition;
 
+// How many samples ahead ProcessFrame prefetches a series' state: far
+// enough for a load from memory to land, near enough to stay in cache.
+constexpr size_t kPrefetchSeriesAhead = 8;
+
 namespace detector_internal {
 
 absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
@@ -732,6 +736,18 @@ void Detector::ProcessFrame(const FrameView& frame, std::vector<Anomaly>* out) {
   // Pass 1: values and counter rates; gather node/GPU context.
   m.touched.clear();
   for (size_t i = 0; i < count; ++i) {
+    // A second of a big cluster touches each series once, so its state is
+    // out of cache: ask for that of the series a few places ahead while
+    // this one is read.
+    if (i + kPrefetchSeriesAhead < count && !m.series.empty()) {
+      const uint32_t ahead = frame.ids[i + kPrefetchSeriesAhead];
+      const uint32_t dense_ahead =
+          ahead < m.dense_of_id.size() ? m.dense_of_id[ahead] : 0;
+      const char* at = reinterpret_cast<const char*>(
+          m.series.data() + std::min<size_t>(dense_ahead, m.series.size() - 1));
+      __builtin_prefetch(at);
+      __builtin_prefetch(at + sizeof(SeriesState) - 1);
+    }
     const uint32_t id = frame.ids[i];
     const uint32_t dense =
         id < m.dense_of_id.size() ? m.dense_of_id[id] : kNone;

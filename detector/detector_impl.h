@@ -261,6 +261,11 @@ struct JobState {
   std::vector<uint32_t> nodes;
   std::vector<uint32_t> gpus;
   int64_t frames_since_peers = 0;
+  // Live nodes (neither retired nor ended) when the peer medians were last
+  // computed: they are computed again after that many frames, about once a
+  // round. Counted there, not on every frame (a 1,250-node job would visit
+  // every node for each node's frame).
+  int64_t peer_round_frames = 0;
   double med_power = kNaN, med_clock = kNaN, med_nvlink = kNaN;
   int n_power = 0, n_clock = 0, n_nvlink = 0;
   // Sample-to-sample noise of the residuals, per metric.
