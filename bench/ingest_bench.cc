@@ -180,6 +180,18 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
+  // Paced: the server's CPU when the second half of the batches starts
+  // (the start's connection storm and series creation long drained).
+  const auto settled_from =
+      wall0 + std::chrono::milliseconds(1000) +
+      std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double>(
+          args.pace_hz > 0 ? (args.frames / args.batch_frames / 2) / args.pace_hz : 0));
+  double cpu_settled_from = 0;
+  std::thread settle([&] {
+    if (args.pace_hz <= 0) return;
+    std::this_thread::sleep_until(settled_from);
+    cpu_settled_from = ProcessCpuSeconds(server);
+  });
   {
     std::vector<std::thread> senders;
     for (int i = 0; i < args.nodes; ++i) {
@@ -203,6 +215,7 @@ int main(int argc, char** argv) {
   }
   sending = false;
   poller.join();
+  settle.join();
   std::vector<double> detect_s;
   for (int i = 0; i < args.fault_nodes && i < args.nodes; ++i) {
     if (incident_seen[i] == 0 || fault_sent[i].load() == 0) continue;
@@ -212,13 +225,19 @@ int main(int argc, char** argv) {
   double cpu = ProcessCpuSeconds(server) - cpu0;
   // What the server took: a stream it cancelled or lost sent less than
   // its load (every batch of a node holds the same samples).
-  uint64_t acked_samples = 0;
+  uint64_t acked_samples = 0, settled_samples = 0;
   int failed_streams = 0;
   for (int i = 0; i < args.nodes; ++i) {
     const NodeLoad& l = loads[i];
     if (acked_batches[i] != l.batches.size()) ++failed_streams;
-    if (!l.batches.empty()) acked_samples += l.samples / l.batches.size() * acked_batches[i];
+    if (l.batches.empty()) continue;
+    acked_samples += l.samples / l.batches.size() * acked_batches[i];
+    const uint64_t half = l.batches.size() / 2;
+    if (acked_batches[i] > half)
+      settled_samples += l.samples / l.batches.size() * (acked_batches[i] - half);
   }
+  const double settled_cpu =
+      args.pace_hz > 0 ? ProcessCpuSeconds(server) - cpu_settled_from : 0;
   uint64_t rss = ProcessRssBytes(server);
 
   // Query 1 h of one series (a GPU power series of node 1) through HTTP.
@@ -254,17 +273,26 @@ int main(int argc, char** argv) {
   uint64_t disk = DirBytes(args.data_dir + "/data");
 
   // Steady: past each stream's first 5 batches (the dictionary, the
-  // creation of its series, the connection storm of the start).
-  std::vector<double> all, steady;
+  // creation of its series, the connection storm of the start). Settled
+  // (paced only): each stream's second half of batches, sent once the
+  // server has long caught up with the start (1,250 new nodes' series
+  // take it ~10-20 s here).
+  std::vector<double> all, steady, settled;
   for (const auto& l : latencies) {
     all.insert(all.end(), l.begin(), l.end());
     if (l.size() > 5) steady.insert(steady.end(), l.begin() + 5, l.end());
+    if (args.pace_hz > 0) {
+      const size_t half = static_cast<size_t>(args.frames / args.batch_frames / 2);
+      if (l.size() > half) settled.insert(settled.end(), l.begin() + half, l.end());
+    }
   }
   std::printf(
       "nodes=%d frames/node=%d batch_frames=%d window=%d pace_hz=%g samples=%lu\n"
       "acked_samples=%lu failed_streams=%d (samples per second below: acked ones)\n"
       "server_cpu_s=%.3f wall_s=%.3f samples_per_cpu_s=%.0f samples_per_wall_s=%.0f\n"
       "ack_p50_ms=%.2f ack_p99_ms=%.2f ack_steady_p50_ms=%.2f ack_steady_p99_ms=%.2f\n"
+      "settled_server_cpu_s=%.3f settled_samples_per_cpu_s=%.0f "
+      "ack_settled_p50_ms=%.2f ack_settled_p99_ms=%.2f\n"
       "query_points=%zu query_p50_ms=%.3f query_p99_ms=%.3f\n"
       "disk_bytes=%lu bytes_per_sample=%.3f server_rss_mib=%.1f exit=%d stream_ok=%d\n"
       "faults=%d incidents_found=%zu frame_to_incident_p50_ms=%.1f frame_to_incident_p99_ms=%.1f\n",
@@ -272,7 +300,9 @@ int main(int argc, char** argv) {
       static_cast<unsigned long>(samples), static_cast<unsigned long>(acked_samples),
       failed_streams, cpu, wall, acked_samples / cpu, acked_samples / wall,
       Percentile(all, 0.5) * 1e3, Percentile(all, 0.99) * 1e3,
-      Percentile(steady, 0.5) * 1e3, Percentile(steady, 0.99) * 1e3, points,
+      Percentile(steady, 0.5) * 1e3, Percentile(steady, 0.99) * 1e3,
+      settled_cpu, settled_cpu > 0 ? settled_samples / settled_cpu : 0,
+      Percentile(settled, 0.5) * 1e3, Percentile(settled, 0.99) * 1e3, points,
       Percentile(query_ms, 0.5), Percentile(query_ms, 0.99),
       static_cast<unsigned long>(disk), static_cast<double>(disk) / acked_samples,
       rss / 1048576.0, WEXITSTATUS(wstatus), ok.load() ? 1 : 0,

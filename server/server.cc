@@ -427,6 +427,8 @@ absl::Status VigilServer::Start() {
   ingest_options.first_batch_seconds = options_.first_batch_seconds;
   ingest_options.threads = options_.ingest_threads;
   ingest_options.worker_queue_batches = options_.detection_queue_batches;
+  ingest_options.worker_linger =
+      std::chrono::milliseconds(options_.detection_worker_linger_ms);
   auto ingest = std::make_unique<IngestService>(ingest_options);
 
   grpc::ServerBuilder builder;

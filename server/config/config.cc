@@ -516,6 +516,11 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
               &o->detection_queue_batches,
               "Batches one worker's queue may hold; past it ingest refuses that "
               "shard's batches with UNAVAILABLE (the agents resend)");
+    r.Integer(*s, "detection", "worker_linger_ms", 0, 100, 1,
+              &o->detection_worker_linger_ms,
+              "While batches come more often than this, a worker takes them in "
+              "bursts this many milliseconds apart instead of waking for each (less "
+              "CPU with many agents; detection and acks up to this much later); 0: off");
   }
   if (const Json* s = r.Object(root, "", "auth", "API tokens and roles"))
     ParseAuth(*s, r, &o->auth);

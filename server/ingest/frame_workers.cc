@@ -6,7 +6,8 @@
 namespace vigil {
 
 FrameWorkers::FrameWorkers(const FrameWorkersOptions& options)
-    : capacity_(std::max<size_t>(1, options.queue_capacity)) {
+    : capacity_(std::max<size_t>(1, options.queue_capacity)),
+      linger_(std::max(std::chrono::microseconds(0), options.linger)) {
   const int n = std::max(1, options.workers);
   for (int i = 0; i < n; ++i) queues_.push_back(std::make_unique<Queue>());
   for (auto& q : queues_) {
@@ -71,19 +72,42 @@ void FrameWorkers::Stop() {
 }
 
 void FrameWorkers::Run(Queue& q) {
+  using Steady = std::chrono::steady_clock;
   std::unique_lock<std::mutex> l(q.mu);
   while (true) {
+    const Steady::time_point idle_from = Steady::now();
     q.wake.wait(l, [&q] { return q.stopping || !q.tasks.empty(); });
     if (q.tasks.empty()) return;  // stopping, and all run
-    absl::AnyInvocable<void()> task = std::move(q.tasks.front());
-    q.tasks.pop_front();
-    ++q.running;
-    l.unlock();
-    task();
-    completed_.fetch_add(1, std::memory_order_relaxed);
-    l.lock();
-    --q.running;
+    ++q.wakeups;
+    // Tasks that come more often than the linger (a thousand agents, each
+    // once a second) are taken in bursts, one sleep for several, until a
+    // sleep finds none; sparse ones are taken as they come.
+    const bool lingers =
+        linger_.count() > 0 && Steady::now() - idle_from < linger_;
+    while (true) {
+      while (!q.tasks.empty()) {
+        absl::AnyInvocable<void()> task = std::move(q.tasks.front());
+        q.tasks.pop_front();
+        ++q.running;
+        l.unlock();
+        task();
+        completed_.fetch_add(1, std::memory_order_relaxed);
+        l.lock();
+        --q.running;
+      }
+      if (!lingers || q.stopping) break;
+      l.unlock();
+      std::this_thread::sleep_for(linger_);
+      l.lock();
+      if (q.tasks.empty()) break;
+    }
   }
+}
+
+uint64_t FrameWorkers::wakeups(int worker) const {
+  const Queue& q = *queues_[worker];
+  std::lock_guard<std::mutex> l(q.mu);
+  return q.wakeups;
 }
 
 }  // namespace vigil

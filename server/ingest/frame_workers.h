@@ -6,6 +6,7 @@
 #define VIGIL_SERVER_INGEST_FRAME_WORKERS_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +27,14 @@ struct FrameWorkersOptions {
   int workers = 1;
   // Tasks one queue may hold; Submit refuses past it. At least 1.
   size_t queue_capacity = 10'000;
+  // When tasks come more often than this (the worker waited less than it
+  // for the one that woke it), the worker sleeps this long after running
+  // what is queued and then runs what came meanwhile, until a sleep finds
+  // nothing: tasks that arrive one by one (a thousand agents, each sending
+  // once a second) are taken several at a time for one wake-up instead of
+  // one each, and wait up to this much longer. 0: each task is taken as
+  // it comes.
+  std::chrono::microseconds linger{0};
 };
 
 // A fixed set of worker threads with one bounded FIFO queue each.
@@ -61,6 +70,10 @@ class FrameWorkers {
   // Tasks queued or running on `worker` now.
   size_t queued(int worker) const;
 
+  // Times worker `worker` woke from waiting for a task (a burst of tasks
+  // taken after a linger's sleep does not count).
+  uint64_t wakeups(int worker) const;
+
   // Tasks run so far, over all workers.
   uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
 
@@ -75,12 +88,14 @@ class FrameWorkers {
     std::deque<absl::AnyInvocable<void()>> tasks ABSL_GUARDED_BY(mu);
     size_t running ABSL_GUARDED_BY(mu) = 0;
     bool stopping ABSL_GUARDED_BY(mu) = false;
+    uint64_t wakeups ABSL_GUARDED_BY(mu) = 0;
     std::thread thread;
   };
 
   void Run(Queue& queue);
 
   const size_t capacity_;
+  const std::chrono::microseconds linger_;
   std::vector<std::unique_ptr<Queue>> queues_;
   std::atomic<uint64_t> completed_{0};
 };

@@ -233,7 +233,8 @@ IngestService::IngestService(const IngestOptions& options)
                    ? nullptr
                    : std::make_unique<FrameWorkers>(FrameWorkersOptions{
                          .workers = options.observer->shards(),
-                         .queue_capacity = options.worker_queue_batches})),
+                         .queue_capacity = options.worker_queue_batches,
+                         .linger = options.worker_linger})),
       budget_(options.series_budget),
       watchdog_(std::make_unique<FirstBatchWatchdog>(
           options.clock, options.first_batch_seconds,

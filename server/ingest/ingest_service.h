@@ -5,6 +5,7 @@
 #define VIGIL_SERVER_INGEST_INGEST_SERVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,11 @@ struct IngestOptions {
   // A stream has one batch in flight, so this bounds only servers with
   // more streams than that on one shard.
   size_t worker_queue_batches = 10'000;
+  // While batches come more often than this, a worker takes them in
+  // bursts this far apart rather than waking for each
+  // (FrameWorkersOptions::linger); detection and acks wait up to this
+  // much longer.
+  std::chrono::microseconds worker_linger{0};
   // Optional: decides whether a stream may report for its Hello.node
   // (node tokens, certificate-bound node names).
   StreamAuthenticator* authenticator = nullptr;
