@@ -287,6 +287,7 @@ uint32_t Detector::Impl::NodeFor(std::string_view job_name,
   n.name = std::string(node_name);
   n.job = jit->second;
   n.retired = true;  // until Activate makes it the node's current pair
+  ++run_state_changes;
   return idx;
 }
 
@@ -406,6 +407,7 @@ void Detector::Impl::ActivatePair(uint32_t idx, const FrameView& frame) {
     // silence alarm for the job it no longer runs.
     NodeState& old = nodes[it->second];
     old.retired = true;
+    ++run_state_changes;
     if (old.silent) {
       old.silent = false;
       Emit(old.silent_idle ? AnomalyKind::kIdleNodeSilent
@@ -420,6 +422,7 @@ void Detector::Impl::ActivatePair(uint32_t idx, const FrameView& frame) {
     if (frame.step && *frame.step != n.end_step) {
       n.ended = false;
       n.retired = false;
+      ++run_state_changes;
       n.handed_over = false;
       StartRun(n, j, frame);
     }
@@ -427,6 +430,7 @@ void Detector::Impl::ActivatePair(uint32_t idx, const FrameView& frame) {
   }
   if (n.retired) {
     n.retired = false;
+    ++run_state_changes;
     n.handed_over = false;
     auto it = n.frames == 0
                   ? pending_runs.find(absl::StrCat(
@@ -678,6 +682,7 @@ void Detector::NodeMovedAway(const FrameView& frame, std::vector<Anomaly>* out,
   // As in Activate for a node that moved on: its pair here stops counting.
   NodeState& moved = m.nodes[idx];
   moved.retired = true;
+  ++m.run_state_changes;
   moved.handed_over = handed_over;
   if (moved.silent) {
     moved.silent = false;

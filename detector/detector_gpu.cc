@@ -86,7 +86,14 @@ void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
       g.power_peer.last = g.clock_peer.last = g.nvlink_peer.last = kNaN;
     }
   }
-  if (++j.frames_since_peers >= j.peer_round_frames) RecomputePeers(j);
+  if (j.live_nodes_at != run_state_changes) {
+    j.live_nodes = 0;
+    for (uint32_t nn : j.nodes) {
+      j.live_nodes += nodes[nn].retired || nodes[nn].ended ? 0 : 1;
+    }
+    j.live_nodes_at = run_state_changes;
+  }
+  if (++j.frames_since_peers >= j.live_nodes) RecomputePeers(j);
   if (!comparable) return;
   // NVLink joins the GPUs of one node: a GPU is compared with the others of
   // its own frame, which saw the same part of the same steps (a job-wide
@@ -110,10 +117,6 @@ void Detector::Impl::CheckGpus(NodeState& n, JobState& j, uint32_t node) {
 
 void Detector::Impl::RecomputePeers(JobState& j) {
   j.frames_since_peers = 0;
-  j.peer_round_frames = 0;
-  for (uint32_t nn : j.nodes) {
-    j.peer_round_frames += nodes[nn].retired || nodes[nn].ended ? 0 : 1;
-  }
   auto median_of = [&](auto get, int* count) {
     scratch.clear();
     for (uint32_t gi : j.gpus) {

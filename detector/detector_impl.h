@@ -261,11 +261,12 @@ struct JobState {
   std::vector<uint32_t> nodes;
   std::vector<uint32_t> gpus;
   int64_t frames_since_peers = 0;
-  // Live nodes (neither retired nor ended) when the peer medians were last
-  // computed: they are computed again after that many frames, about once a
-  // round. Counted there, not on every frame (a 1,250-node job would visit
-  // every node for each node's frame).
-  int64_t peer_round_frames = 0;
+  // Live nodes (neither retired nor ended): the peer medians are computed
+  // again after that many frames, once a round. Counted again only when
+  // Impl::run_state_changes has moved since `live_nodes_at` (a 1,250-node
+  // job would otherwise visit every node for each node's frame).
+  int64_t live_nodes = 0;
+  uint64_t live_nodes_at = ~uint64_t{0};
   double med_power = kNaN, med_clock = kNaN, med_nvlink = kNaN;
   int n_power = 0, n_clock = 0, n_nvlink = 0;
   // Sample-to-sample noise of the residuals, per metric.
@@ -557,6 +558,9 @@ struct Detector::Impl {
   // max(ts, clock) for the frame being processed.
   double seen = 0;
   DetectorStats stats;
+  // Moves whenever a node's pair becomes or stops being live (retired or
+  // ended set or cleared): JobState::live_nodes is counted again then.
+  uint64_t run_state_changes = 0;
   // Context of the call in progress.
   std::vector<Anomaly>* out = nullptr;
   double ts = 0;

@@ -331,6 +331,7 @@ void Detector::Impl::EndPair(uint32_t idx, double at, int64_t end_step) {
          true, idx, kNone, kNone, 0);
   }
   n.ended = true;
+  ++run_state_changes;
   n.end_ts = at;
   n.end_step = end_step != kNoStep ? end_step : n.step;
   n.rewarm = false;
