@@ -451,7 +451,7 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
                      "learned_snapshot_seconds",
                      "scheduler_poll_seconds", "await_scheduler_seconds",
                      "restart_resolve_seconds", "workers",
-                     "queue_batches"})) {
+                     "queue_batches", "worker_linger_ms"})) {
     r.Bool(*s, "detection", "enabled", &o->detection_enabled,
            "Run detection on every accepted frame; false: stored incidents are "
            "still served, no new ones are raised (--no-detect)");

@@ -75,6 +75,17 @@ TEST(ConfigTest, DetectionKeys) {
       << s;
 }
 
+TEST(ConfigTest, WorkerLinger) {
+  ServerOptions options;
+  EXPECT_EQ(options.detection_worker_linger_ms, 5);
+  ASSERT_TRUE(ParseServerConfig(R"({"detection": {"worker_linger_ms": 0}})", &options).ok());
+  EXPECT_EQ(options.detection_worker_linger_ms, 0);
+  absl::Status s = ParseServerConfig(R"({"detection": {"worker_linger_ms": 101}})", &options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("detection.worker_linger_ms"), std::string::npos)
+      << s;
+}
+
 TEST(ConfigTest, WarmupKeys) {
   ServerOptions options;
   ASSERT_TRUE(ParseServerConfig(R"({"detection": {"warmup_steps": 5, "warmup_max_seconds": 10}})",
