@@ -520,7 +520,8 @@ void ReadServerConfig(const Json& root, Reader& r, ServerOptions* o) {
               &o->detection_worker_linger_ms,
               "While batches come more often than this, a worker takes them in "
               "bursts this many milliseconds apart instead of waking for each (less "
-              "CPU with many agents; detection and acks up to this much later); 0: off");
+              "CPU with many agents at 1 Hz, much slower catch-up of agents sending "
+              "a backlog; detection and acks up to this much later); 0: off");
   }
   if (const Json* s = r.Object(root, "", "auth", "API tokens and roles"))
     ParseAuth(*s, r, &o->auth);

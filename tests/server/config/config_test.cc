@@ -77,9 +77,9 @@ TEST(ConfigTest, DetectionKeys) {
 
 TEST(ConfigTest, WorkerLinger) {
   ServerOptions options;
-  EXPECT_EQ(options.detection_worker_linger_ms, 5);
-  ASSERT_TRUE(ParseServerConfig(R"({"detection": {"worker_linger_ms": 0}})", &options).ok());
   EXPECT_EQ(options.detection_worker_linger_ms, 0);
+  ASSERT_TRUE(ParseServerConfig(R"({"detection": {"worker_linger_ms": 5}})", &options).ok());
+  EXPECT_EQ(options.detection_worker_linger_ms, 5);
   absl::Status s = ParseServerConfig(R"({"detection": {"worker_linger_ms": 101}})", &options);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(s.message()).find("detection.worker_linger_ms"), std::string::npos)
