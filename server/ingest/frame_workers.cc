@@ -75,7 +75,8 @@ void FrameWorkers::Run(Queue& q) {
   using Steady = std::chrono::steady_clock;
   std::unique_lock<std::mutex> l(q.mu);
   while (true) {
-    const Steady::time_point idle_from = Steady::now();
+    const Steady::time_point idle_from =
+        linger_.count() > 0 ? Steady::now() : Steady::time_point{};
     q.wake.wait(l, [&q] { return q.stopping || !q.tasks.empty(); });
     if (q.tasks.empty()) return;  // stopping, and all run
     ++q.wakeups;
